@@ -1,0 +1,144 @@
+"""Typed config schema. Each dataclass mirrors one config group under conf/ and is stored in
+Hydra's ConfigStore, so a wrong type (`model.n_layer=abc`) or an unknown key fails at compose
+time with Hydra's own message naming the field."""
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class TaskConfig:
+    name: str = "train"  # train | generate | bench | profile | validate | calibrate | predict | report
+
+
+@dataclass
+class ModelConfig:
+    name: str = "gpt"  # gpt | bigram
+    n_layer: int = 6
+    n_head: int = 6
+    n_embd: int = 384
+    block_size: int = 256
+    dropout: float = 0.2
+    bias: bool = True
+
+
+@dataclass
+class DataConfig:
+    name: str = "addition"  # addition | shakespeare
+    cache_dir: Optional[str] = None  # None: <repo>/data (or $TRANSFORMEROP_DATA)
+    url: str = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+    sha256: str = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+    train_frac: float = 0.9
+    n_digits: int = 2  # addition: operands have this many digits
+    n_test: int = 1000  # addition: held-out sums never seen in training
+    split_seed: int = 2  # addition: the train/test split depends only on this
+
+
+@dataclass
+class AttentionConfig:
+    name: str = "sdpa"  # naive_loop | naive | sdpa | cuda | triton
+    version: int = 5  # cuda: kernel ladder v1..v5
+    softmax: str = "torch"  # naive: torch | cuda_block | cuda_warp | cuda_adaptive
+    softmax_threshold: int = 1024  # cuda_adaptive: rows at least this long use the block kernel
+
+
+@dataclass
+class DecodeConfig:
+    name: str = "kv_cache"  # recompute | kv_cache | static | static_graph | compiled
+
+
+@dataclass
+class TrainConfig:
+    max_iters: int = 5000
+    batch_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    grad_accum: int = 1
+    eval_interval: int = 500
+    eval_iters: int = 200
+    dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
+    compile: bool = False
+    resume: Any = True  # true: latest checkpoint in the run dir; false; or a checkpoint path
+    checkpoint: bool = True
+    sample_tokens: int = 200  # text: characters sampled at the end
+    target_loss: Optional[float] = None  # stop early once val loss <= this (time-to-target)
+    slow_path: str = "none"  # planted slowdown for the measurement tests: none | host_sync | h2d_copy
+    progress: bool = True
+
+
+@dataclass
+class GenerateConfig:
+    tokens: int = 500
+    batch_size: int = 1
+    prompt: str = "\n"
+    temperature: float = 1.0  # 0 = greedy
+    top_k: Optional[int] = None
+    checkpoint: Optional[str] = None  # None: train in this job first
+    repeats: int = 5
+
+
+@dataclass
+class BenchConfig:
+    target: str = "train_step"  # matmul | softmax | attention | forward | train_step | generate
+    batch_size: Optional[int] = None  # None: train.batch_size
+    seq_len: Optional[int] = None  # None: model.block_size
+    rows: Optional[int] = None  # softmax: row count (None: B*heads*T)
+    cols: Optional[int] = None  # softmax: row length (None: T)
+    backward: bool = True  # attention: also time forward+backward
+    graph: bool = False  # forward: replay one CUDA graph instead of eager launches
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    flag_ratio: float = 3.0  # measured/predicted beyond this (or below 1/this) is flagged
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "wandb"  # wandb | none
+    mode: str = "offline"  # offline | online | disabled
+    project: str = "transformerop"
+    entity: Optional[str] = None
+
+
+@dataclass
+class StudyConfig:
+    name: str = ""  # the experiment this job belongs to
+    baseline: str = ""  # override string of the row the report divides by, e.g. "decode=recompute"
+    smoke: bool = False  # shrink to CPU size
+
+
+@dataclass
+class Config:
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    generate: GenerateConfig = field(default_factory=GenerateConfig)
+    bench: BenchConfig = field(default_factory=BenchConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    study: StudyConfig = field(default_factory=StudyConfig)
+    device: str = "auto"  # auto: cuda, else mps, else cpu
+    seed: int = 1337
+    rerun: bool = False  # a relaunched sweep skips jobs whose results.json says ok unless true
+    tags: List[str] = field(default_factory=list)
+
+
+GROUPS = {
+    "task": TaskConfig, "model": ModelConfig, "data": DataConfig, "attention": AttentionConfig,
+    "decode": DecodeConfig, "train": TrainConfig, "generate": GenerateConfig,
+    "bench": BenchConfig, "logger": LoggerConfig,
+}
+
+
+def register() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=Config)
+    for group, schema in GROUPS.items():
+        cs.store(group=group, name="schema", node=schema)

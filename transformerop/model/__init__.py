@@ -1,0 +1,34 @@
+"""Models: `bigram` and `gpt`, built from config (model, attention) and the data's vocab size."""
+from .attention import BACKENDS, BackendUnavailable, get_backend
+from .bigram import Bigram
+from .gpt import GPT
+
+MODELS = {"gpt": GPT, "bigram": Bigram}
+
+
+def validate_model_config(cfg) -> None:
+    """Impossible shapes fail here, before any data is loaded or output written."""
+    m = cfg.model
+    if m.name not in MODELS:
+        raise ValueError(f"model.name={m.name!r}: choose one of {sorted(MODELS)}")
+    if m.name == "gpt":
+        for key in ("n_layer", "n_head", "n_embd", "block_size"):
+            if getattr(m, key) < 1:
+                raise ValueError(f"model.{key}={getattr(m, key)} must be >= 1")
+        if m.n_embd % m.n_head != 0:
+            raise ValueError(f"model.n_embd={m.n_embd} is not divisible by model.n_head={m.n_head}")
+    if not 0.0 <= m.dropout < 1.0:
+        raise ValueError(f"model.dropout={m.dropout} must be in [0, 1)")
+
+
+def build_model(cfg, vocab_size: int):
+    validate_model_config(cfg)
+    return MODELS[cfg.model.name](cfg.model, cfg.attention, vocab_size)
+
+
+def count_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+__all__ = ["GPT", "Bigram", "MODELS", "build_model", "validate_model_config", "count_params",
+           "BACKENDS", "BackendUnavailable", "get_backend"]

@@ -1,0 +1,59 @@
+"""The attention contract every backend follows.
+
+A backend subclasses CausalSelfAttention and implements `attend(q, k, v, mask)` on tensors of
+shape (B, H, T, D); the projections, head split and output projection are shared here so
+backends differ only in the part being studied. `mask` is None for plain causal attention
+(queries are the last Tq positions of the Tk keys) or a bool tensor broadcastable to
+(B, H, Tq, Tk), True where a query may attend (the static KV cache passes one).
+"""
+import math
+
+import torch
+import torch.nn as nn
+
+
+class BackendUnavailable(RuntimeError):
+    """This backend cannot run here (no CUDA, no compiler, ...): the job is skipped, not failed."""
+
+
+def causal_mask(t_q: int, t_k: int, device) -> torch.Tensor:
+    """(Tq, Tk) bool, True on and below the diagonal aligned to the bottom-right corner."""
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)
+
+
+class CausalSelfAttention(nn.Module):
+    supports_cache = True  # can attend one query against many cached keys
+    dtypes = ("float32", "bfloat16")
+    backward = "autograd"  # what computes the gradient: autograd | kernel | reference
+
+    def __init__(self, mcfg, acfg):
+        super().__init__()
+        assert mcfg.n_embd % mcfg.n_head == 0
+        self.n_head, self.n_embd = mcfg.n_head, mcfg.n_embd
+        self.head_dim = mcfg.n_embd // mcfg.n_head
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.dropout = mcfg.dropout
+        self.c_attn = nn.Linear(mcfg.n_embd, 3 * mcfg.n_embd, bias=mcfg.bias)  # q, k, v in one matmul
+        self.c_proj = nn.Linear(mcfg.n_embd, mcfg.n_embd, bias=mcfg.bias)
+        self.resid_dropout = nn.Dropout(mcfg.dropout)
+
+    @classmethod
+    def check(cls, cfg, device: torch.device) -> None:
+        """Raise before any work if this backend cannot serve cfg on device."""
+        if cfg.train.dtype not in cls.dtypes:
+            raise ValueError(f"attention={cfg.attention.name} supports train.dtype in {cls.dtypes}, "
+                             f"not {cfg.train.dtype!r}")
+
+    def forward(self, x, cache=None):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        mask = None
+        if cache is not None:
+            k, v, mask = cache.update(k, v)  # all keys so far (and which of them are valid)
+        y = self.attend(q, k, v, mask)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+    def attend(self, q, k, v, mask):
+        raise NotImplementedError

@@ -1,0 +1,26 @@
+"""Materialized scores, heads batched in one matmul: softmax(q k^T / sqrt(d) + causal) v."""
+import torch
+import torch.nn as nn
+
+from .base import CausalSelfAttention, causal_mask
+from .softmax import get_softmax
+
+
+class NaiveAttention(CausalSelfAttention):
+    def __init__(self, mcfg, acfg):
+        super().__init__(mcfg, acfg)
+        self.softmax = get_softmax(acfg)
+        self.attn_dropout = nn.Dropout(mcfg.dropout)
+
+    @classmethod
+    def check(cls, cfg, device):
+        super().check(cfg, device)
+        get_softmax(cfg.attention).check(device)
+
+    def attend(self, q, k, v, mask):
+        att = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, Tq, Tk): the T x T being studied
+        if mask is None:
+            mask = causal_mask(q.size(-2), k.size(-2), q.device)
+        att = att.masked_fill(~mask, float("-inf"))
+        att = self.attn_dropout(self.softmax(att))
+        return att @ v
