@@ -1,0 +1,20 @@
+"""TransformerOp entry point: compose the config, run the chosen task, record the results."""
+import sys
+
+import hydra
+
+from transformerop.config import register
+from transformerop.jobs import run_job
+from transformerop.tracking import SweepSummary
+
+register()
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg):
+    run_job(cfg)
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(1 if SweepSummary.failed else 0)

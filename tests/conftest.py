@@ -1,0 +1,40 @@
+"""Shared helpers: real Hydra composition of the project's config, and a CLI runner."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from transformerop.config import register  # noqa: E402
+
+register()
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+def make_cfg(*overrides):
+    """The config `python run.py OVERRIDES...` would see (minus the hydra node)."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+def run_cli(*args, cwd=ROOT, timeout=600, env=None):
+    """Run `python run.py ARGS` as a user would; returns the CompletedProcess."""
+    e = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1", **(env or {})}
+    e.pop("WANDB_MODE", None)
+    return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=e)
+
+
+def shakespeare_available() -> bool:
+    from transformerop.data.shakespeare import FILENAME, cache_dir
+    return (cache_dir(make_cfg().data) / FILENAME).exists()
+
+
+needs_shakespeare = pytest.mark.skipif(not shakespeare_available(),
+                                       reason="Tiny Shakespeare not in the data cache (CI copies it from ../shared/data)")

@@ -1,0 +1,47 @@
+"""Checkpoints: written atomically (temp file + rename), loaded with weights_only=True, and
+refused with a clear message when they come from a different model."""
+import os
+from pathlib import Path
+
+import torch
+
+SHAPE_KEYS = ("name", "n_layer", "n_head", "n_embd", "block_size", "bias")
+
+
+class CheckpointError(ValueError):
+    pass
+
+
+def model_signature(model_cfg, vocab_size: int, chars: str) -> dict:
+    sig = {k: getattr(model_cfg, k) for k in SHAPE_KEYS}
+    sig.update(vocab_size=vocab_size, chars=chars)
+    return sig
+
+
+def save(path: Path, **state) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)  # a kill at any point leaves either the old or the new file, never half of one
+
+
+def load(path, signature: dict | None = None, map_location="cpu") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # truncated, foreign or pickled code: refuse
+        raise CheckpointError(f"checkpoint {path} cannot be loaded safely: {e}") from None
+    if signature is not None:
+        theirs = state.get("signature", {})
+        diff = [f"{k}: checkpoint {theirs.get(k)!r} vs config {v!r}" for k, v in signature.items()
+                if theirs.get(k) != v and k != "chars"]
+        if theirs.get("chars") != signature.get("chars"):
+            diff.append("vocabulary differs")
+        if diff:
+            raise CheckpointError(f"checkpoint {path} is from a different model ({'; '.join(diff)})")
+    return state

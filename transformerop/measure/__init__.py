@@ -1,0 +1,1 @@
+"""Measurement: timing (the one wrapper every task uses), napkin math, profiling."""

@@ -1,0 +1,1 @@
+"""Tasks: each module has `run(cfg) -> dict` (flat metrics) and may have `check(cfg, device)`."""

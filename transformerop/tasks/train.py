@@ -1,0 +1,85 @@
+"""task=train: build data and model, train (resuming from the run dir's checkpoint), sample."""
+from pathlib import Path
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+
+from .. import tracking
+from ..data import build_data
+from ..decode import generate
+from ..model import build_model, count_params
+from ..runtime import peak_memory_bytes, pick_device, reset_peak_memory, seed_everything
+from ..train import Trainer
+
+
+def resume_path(cfg, job_dir: Path):
+    r = cfg.train.resume
+    if r is False or r is None or (isinstance(r, str) and r.lower() in ("false", "no", "none", "")):
+        return None
+    if r is True or (isinstance(r, str) and r.lower() in ("true", "yes")):
+        ckpt = job_dir / "ckpt.pt"
+        return ckpt if ckpt.exists() else None
+    path = Path(str(r)).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"train.resume={r}: no such checkpoint file")
+    return path
+
+
+def check(cfg, device):
+    r = cfg.train.resume
+    if isinstance(r, str) and r.lower() not in ("true", "false", "yes", "no", "none", "") and not Path(r).is_file():
+        raise ValueError(f"train.resume={r}: no such checkpoint file")
+
+
+def train_model(cfg, device, tracker):
+    """Shared by tasks that need a trained model: returns (trainer, data, metrics)."""
+    job_dir = Path(HydraConfig.get().runtime.output_dir)
+    seed_everything(cfg.seed)
+    data = build_data(cfg, device)
+    model = build_model(cfg, data.tokenizer.vocab_size)
+    trainer = Trainer(cfg, model, data, device, job_dir / "ckpt.pt", tracker)
+    ckpt = resume_path(cfg, job_dir)
+    if ckpt is not None:
+        trainer.resume(ckpt)
+        print(f"resumed from {ckpt} at step {trainer.step}")
+    n_params = count_params(model)
+    print(f"{cfg.model.name}: {n_params:,} parameters, data={cfg.data.name}, attention={cfg.attention.name}, "
+          f"device={device}, dtype={cfg.train.dtype}")
+    metrics = trainer.fit()
+    return trainer, data, {"params": n_params, **metrics}
+
+
+def run(cfg) -> dict:
+    tracker = tracking.current()
+    device = pick_device(cfg.device)
+    reset_peak_memory(device)
+    trainer, data, metrics = train_model(cfg, device, tracker)
+    model = trainer.raw_model
+    if data.kind == "addition":
+        em, samples = data.exact_match(model)
+        metrics["exact_match"] = em
+    else:
+        final = trainer.evaluate(full=True)  # the reported val loss covers the whole val split
+        metrics.update(val_loss=final["val_loss"], bits_per_char=final["bits_per_char"])
+        prompt = torch.tensor([data.tokenizer.encode("\n")], device=device)
+        gen = torch.Generator(device=device).manual_seed(cfg.seed)
+        out = generate(model, prompt, cfg.train.sample_tokens, temperature=1.0, generator=gen)
+        samples = [data.tokenizer.decode(out[0])]
+    metrics["peak_memory_bytes"] = peak_memory_bytes(device)
+    tracker.table("samples", ["sample"], [[s] for s in samples])
+    _print_summary(cfg, metrics, samples, tracker)
+    return metrics
+
+
+def _print_summary(cfg, m, samples, tracker):
+    print("\n== summary ==")
+    print(f"params {m['params']:,} | steps {m['steps']} | val_loss {m['val_loss']:.4f}"
+          + (f" | held-out exact match {m['exact_match']:.2%}" if "exact_match" in m else "")
+          + (f" | bits/char {m['bits_per_char']:.3f}" if "bits_per_char" in m else ""))
+    for s in samples[:4]:
+        print("sample:", s if cfg.data.name == "addition" else s[:300])
+    print(f"results: {tracker.job_dir / tracking.RESULTS}")
+    w = tracker.wandb_info()
+    if w["mode"] != "off":
+        print(f"W&B ({w['mode']}): run {w['run_id']} in {w['dir']}"
+              + ("  (upload with: wandb sync " + w["dir"] + ")" if w["mode"] == "offline" else ""))

@@ -1,0 +1,185 @@
+"""The training loop: AdamW, warm-up + cosine, grad clipping, periodic eval, atomic
+checkpoints with resume, bf16 autocast, optional torch.compile. Host syncs happen only at
+log/eval points so the loop measures the model, not the loop."""
+import math
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from . import checkpoint
+from .runtime import autocast, sync
+
+LOG_EVERY = 10  # steps between the (one) host sync that reads losses back
+
+
+class NonFiniteLoss(FloatingPointError):
+    pass
+
+
+def lr_at(step: int, t) -> float:
+    """Linear warm-up to lr, then cosine decay to min_lr at max_iters."""
+    if step < t.warmup_iters:
+        return t.lr * (step + 1) / t.warmup_iters
+    progress = min(1.0, (step - t.warmup_iters) / max(1, t.max_iters - t.warmup_iters))
+    return t.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (t.lr - t.min_lr)
+
+
+def build_optimizer(model, t, device):
+    """Weight decay on matrices only (not biases, LayerNorm or embeddings' 1-D params)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda")
+
+
+@torch.no_grad()
+def estimate_loss(model, data, t, device, seed: int, full: bool = False) -> dict:
+    """Mean loss per split: eval_iters random batches from a fixed generator (same batches every
+    eval, so curves compare), or every window of the split once when full=True."""
+    model.eval()
+    out = {}
+    for split in ("train", "val"):
+        if full or data.kind == "addition":
+            batches = data.eval_batches(split, t.batch_size)
+        else:
+            gen = torch.Generator(device=device).manual_seed(seed + 1)
+            batches = (data.batch(split, t.batch_size, gen) for _ in range(t.eval_iters))
+        total, count = torch.zeros((), device=device), 0
+        for x, y in batches:
+            with autocast(device, t.dtype):
+                _, loss = model(x, y)
+            total += loss.float()
+            count += 1
+        out[split] = (total / count).item()
+    model.train()
+    return out
+
+
+def _plant_slow_path(kind: str, x, device):
+    """Test hook for the measurement checks: a deliberate per-step host sync or host->device copy."""
+    if kind == "host_sync":
+        x.sum().item()
+    elif kind == "h2d_copy":
+        torch.ones(x.shape, dtype=torch.bool).to(device)  # the seed's mask-built-on-host bug
+
+
+class Trainer:
+    def __init__(self, cfg, model, data, device, ckpt_path: Path, tracker=None):
+        self.cfg, self.t, self.data, self.device = cfg, cfg.train, data, device
+        self.model = model.to(device)
+        self.raw_model = self.model
+        self.opt = build_optimizer(self.model, self.t, device)
+        self.ckpt_path = ckpt_path
+        self.tracker = tracker
+        self.step, self.best_val = 0, float("inf")
+        self.gen = torch.Generator(device=device).manual_seed(cfg.seed)
+        self.signature = checkpoint.model_signature(cfg.model, data.tokenizer.vocab_size, data.tokenizer.chars)
+        self.loss_buf = torch.zeros(LOG_EVERY, device=device)
+        self.seq_len = data.batch("train", 1, torch.Generator(device=device).manual_seed(0))[0].size(1)
+        if self.t.compile:
+            self.model = torch.compile(self.model)
+
+    # -- checkpoints ---------------------------------------------------------
+    def state(self) -> dict:
+        return {"model": self.raw_model.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
+                "best_val": self.best_val, "signature": self.signature, "rng_cpu": torch.get_rng_state(),
+                "rng_cuda": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
+                "rng_batches": self.gen.get_state()}
+
+    def save(self) -> None:
+        if self.t.checkpoint:
+            checkpoint.save(self.ckpt_path, **self.state())
+
+    def resume(self, path) -> None:
+        st = checkpoint.load(path, self.signature)
+        self.raw_model.load_state_dict(st["model"])
+        self.opt.load_state_dict(st["optimizer"])
+        self.step, self.best_val = int(st["step"]), float(st["best_val"])
+        torch.set_rng_state(st["rng_cpu"])
+        if st.get("rng_cuda") is not None and self.device.type == "cuda":
+            torch.cuda.set_rng_state(st["rng_cuda"])
+        self.gen.set_state(st["rng_batches"])
+
+    # -- loop ----------------------------------------------------------------
+    def evaluate(self, full: bool = False) -> dict:
+        losses = estimate_loss(self.model, self.data, self.t, self.device, self.cfg.seed, full)
+        m = {"train_loss": losses["train"], "val_loss": losses["val"]}
+        if self.data.kind == "text":
+            m["bits_per_char"] = losses["val"] / math.log(2)
+        else:
+            m["exact_match"], _ = self.data.exact_match(self.raw_model)
+        return m
+
+    def train_step(self, step: int):
+        t = self.t
+        for g in self.opt.param_groups:
+            g["lr"] = lr_at(step, t)
+        for micro in range(t.grad_accum):
+            x, y = self.data.batch("train", t.batch_size, self.gen)
+            _plant_slow_path(t.slow_path, x, self.device)
+            with autocast(self.device, t.dtype):
+                _, loss = self.model(x, y)
+            (loss / t.grad_accum).backward()
+        if t.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def _check_losses(self, upto: int) -> float:
+        """One host sync: raise on the first non-finite loss since the last check."""
+        n = (upto - 1) % LOG_EVERY + 1
+        losses = self.loss_buf[:n].tolist()
+        for i, v in enumerate(losses):
+            if not math.isfinite(v):
+                raise NonFiniteLoss(f"loss became {v} at step {upto - n + i}; "
+                                    f"the last good checkpoint is kept at {self.ckpt_path}")
+        return sum(losses) / n
+
+    def fit(self) -> dict:
+        t = self.t
+        start = self.step
+        bar = tqdm(total=t.max_iters, initial=start, disable=not t.progress, desc="train", mininterval=1.0)
+        last = {}
+        self.model.train()
+        t_log, step_log = time.perf_counter(), start
+        reached = None
+        for step in range(start, t.max_iters + 1):
+            self.step = step
+            if step % t.eval_interval == 0 or step == t.max_iters:
+                if step > start or start == 0:
+                    if step > start:
+                        self._check_losses(step)
+                    last = self.evaluate()
+                    self.best_val = min(self.best_val, last["val_loss"])
+                    if self.tracker:
+                        self.tracker.log({**last, "lr": lr_at(step, t)}, step=step)
+                    bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
+                    if step < t.max_iters:
+                        self.save()
+                    if t.target_loss is not None and last["val_loss"] <= t.target_loss and reached is None:
+                        reached = step
+                        break
+            if step == t.max_iters:
+                break
+            loss = self.train_step(step)
+            self.loss_buf[step % LOG_EVERY] = loss
+            if (step + 1) % LOG_EVERY == 0:
+                mean = self._check_losses(step + 1)
+                sync(self.device)
+                now = time.perf_counter()
+                dt = (now - t_log) / (step + 1 - step_log)
+                t_log, step_log = now, step + 1
+                toks = t.batch_size * t.grad_accum * self.seq_len / dt
+                bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{toks:,.0f}", refresh=False)
+                if self.tracker:
+                    self.tracker.log({"train_loss_step": mean, "tok_per_s": toks, "step_ms": dt * 1e3}, step=step + 1)
+            bar.update(1)
+        bar.close()
+        self.step = t.max_iters if reached is None else reached
+        self.save()
+        return {**last, "steps": self.step, "best_val_loss": self.best_val,
+                **({"target_step": reached} if reached is not None else {})}
