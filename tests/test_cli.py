@@ -1,0 +1,61 @@
+"""The CLI as a user runs it, through a subprocess."""
+import json
+from pathlib import Path
+
+from conftest import run_cli
+
+FAST = ["train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.progress=false"]
+
+
+def results(job_dir) -> dict:
+    return json.loads((Path(job_dir) / "results.json").read_text())
+
+
+def wandb_runs(job_dir):
+    return sorted((Path(job_dir) / "wandb").glob("offline-run-*"))
+
+
+def test_main_job_small(tmp_path):
+    run_dir = tmp_path / "run"
+    p = run_cli(*FAST, f"hydra.run.dir={run_dir}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "held-out exact match" in p.stdout and "results:" in p.stdout
+    r = results(run_dir)
+    assert r["status"] == "ok" and r["task"] == "train" and r["error"] is None
+    assert r["metrics"]["steps"] == 30 and 0.0 <= r["metrics"]["exact_match"] <= 1.0
+    assert r["metrics"]["val_loss"] < 2.4 and r["metrics"]["peak_memory_bytes"] > 0
+    assert r["config"]["model"]["n_embd"] == 64 and r["env"]["torch"]
+    assert r["wandb"]["mode"] == "offline" and len(wandb_runs(run_dir)) == 1
+    assert (run_dir / "ckpt.pt").exists()
+    # Rerunning into the same dir resumes from the checkpoint instead of starting over.
+    p2 = run_cli(*FAST[:-3], "train.max_iters=45", "train.eval_interval=15", "train.eval_iters=2",
+                 "train.progress=false", f"hydra.run.dir={run_dir}")
+    assert p2.returncode == 0, p2.stderr[-3000:]
+    assert "resumed from" in p2.stdout and "at step 30" in p2.stdout
+    assert results(run_dir)["metrics"]["steps"] == 45
+
+
+def test_two_job_multirun_shares_a_group(tmp_path):
+    sweep = tmp_path / "sweep"
+    p = run_cli("-m", "attention=naive,sdpa", *FAST, f"hydra.sweep.dir={sweep}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    jobs = sorted(d for d in sweep.iterdir() if d.is_dir() and d.name.isdigit())
+    assert [d.name for d in jobs] == ["0", "1"]
+    rs = [results(d) for d in jobs]
+    assert [r["config"]["attention"]["name"] for r in rs] == ["naive", "sdpa"]
+    assert all(r["status"] == "ok" for r in rs)
+    assert rs[0]["wandb"]["group"] == rs[1]["wandb"]["group"] == "sweep"
+    assert rs[0]["wandb"]["run_id"] != rs[1]["wandb"]["run_id"]
+    assert all(len(wandb_runs(d)) == 1 for d in jobs)
+    assert "2 ok, 0 failed, 0 skipped" in p.stdout
+
+
+def test_bad_overrides_fail_cleanly(tmp_path):
+    cases = {"model.n_layer=abc": "model.n_layer", "model=nope": "model/nope",
+             "model.n_embd=30": "not divisible by model.n_head"}
+    for override, needle in cases.items():
+        run_dir = tmp_path / override.replace("=", "_")
+        p = run_cli(override, f"hydra.run.dir={run_dir}")
+        assert p.returncode != 0, override
+        assert needle in p.stderr, (override, p.stderr[-2000:])
+        assert not run_dir.exists(), f"{override} left {list(run_dir.rglob('*'))}"
