@@ -74,7 +74,7 @@ class Trainer:
         self.opt = build_optimizer(self.model, self.t, device)
         self.ckpt_path = ckpt_path
         self.tracker = tracker
-        self.step, self.best_val = 0, float("inf")
+        self.step, self.best_val, self.best_step = 0, float("inf"), None
         self.gen = torch.Generator(device=device).manual_seed(cfg.seed)
         self.signature = checkpoint.model_signature(cfg.model, data.tokenizer.vocab_size, data.tokenizer.chars)
         self.loss_buf = torch.zeros(LOG_EVERY, device=device)
@@ -85,7 +85,7 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------
     def state(self) -> dict:
         return {"model": self.raw_model.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
-                "best_val": self.best_val, "signature": self.signature, "rng_cpu": torch.get_rng_state(),
+                "best_val": self.best_val, "best_step": self.best_step, "signature": self.signature, "rng_cpu": torch.get_rng_state(),
                 "rng_cuda": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
                 "rng_batches": self.gen.get_state()}
 
@@ -93,11 +93,17 @@ class Trainer:
         if self.t.checkpoint:
             checkpoint.save(self.ckpt_path, **self.state())
 
+    def save_best(self) -> None:
+        """Weights of the best eval so far (what a user would sample from after overfitting)."""
+        if self.t.checkpoint:
+            checkpoint.save(self.ckpt_path.with_name("best.pt"), model=self.raw_model.state_dict(),
+                            signature=self.signature, step=self.step, val_loss=self.best_val)
+
     def resume(self, path) -> None:
         st = checkpoint.load(path, self.signature)
         self.raw_model.load_state_dict(st["model"])
         self.opt.load_state_dict(st["optimizer"])
-        self.step, self.best_val = int(st["step"]), float(st["best_val"])
+        self.step, self.best_val, self.best_step = int(st["step"]), float(st["best_val"]), st.get("best_step")
         torch.set_rng_state(st["rng_cpu"])
         if st.get("rng_cuda") is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(st["rng_cuda"])
@@ -154,7 +160,10 @@ class Trainer:
                     if step > start:
                         self._check_losses(step)
                     last = self.evaluate()
-                    self.best_val = min(self.best_val, last["val_loss"])
+                    if last["val_loss"] < self.best_val:
+                        self.best_val = last["val_loss"]
+                        self.best_step = step
+                        self.save_best()
                     if self.tracker:
                         self.tracker.log({**last, "lr": lr_at(step, t)}, step=step)
                     bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
@@ -181,5 +190,5 @@ class Trainer:
         bar.close()
         self.step = t.max_iters if reached is None else reached
         self.save()
-        return {**last, "steps": self.step, "best_val_loss": self.best_val,
+        return {**last, "steps": self.step, "best_val_loss": self.best_val, "best_step": self.best_step,
                 **({"target_step": reached} if reached is not None else {})}

@@ -74,6 +74,7 @@ def run(cfg) -> dict:
 def _print_summary(cfg, m, samples, tracker):
     print("\n== summary ==")
     print(f"params {m['params']:,} | steps {m['steps']} | val_loss {m['val_loss']:.4f}"
+          f" (best {m['best_val_loss']:.4f} at step {m['best_step']})"
           + (f" | held-out exact match {m['exact_match']:.2%}" if "exact_match" in m else "")
           + (f" | bits/char {m['bits_per_char']:.3f}" if "bits_per_char" in m else ""))
     for s in samples[:4]:
