@@ -31,7 +31,9 @@ def test_defaults_follow_the_data_set():
     assert make_cfg().model.n_embd == 64 and make_cfg().train.batch_size == 128
     shakespeare = make_cfg("data=shakespeare")
     assert (shakespeare.model.n_layer, shakespeare.model.n_embd, shakespeare.train.max_iters) == (6, 384, 5000)
-    assert make_cfg("data=shakespeare", "model=bigram").model.name == "bigram"
+    bigram = make_cfg("data=shakespeare", "model=bigram")
+    assert bigram.model.name == "bigram" and bigram.train.lr == 1e-2 and bigram.train.max_iters == 5000
+    assert make_cfg("data=shakespeare", "model=bigram", "train=shakespeare").train.lr == 1e-3  # CLI wins
 
 
 @pytest.mark.parametrize("override,field", [("model.n_layer=abc", "model.n_layer"), ("train.lr=fast", "train.lr"),

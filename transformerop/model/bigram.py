@@ -8,6 +8,7 @@ class Bigram(nn.Module):
         super().__init__()
         self.cfg, self.vocab_size, self.block_size = cfg, vocab_size, cfg.block_size
         self.table = nn.Embedding(vocab_size, vocab_size)
+        nn.init.zeros_(self.table.weight)  # start from the uniform prediction, loss ln(V)
         self.blocks = []
 
     def forward(self, idx, targets=None, caches=None, pos=None):
