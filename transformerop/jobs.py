@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import OmegaConf
 
 from . import tracking
 from .runtime import env_info, pick_device
@@ -54,9 +53,19 @@ def validate(cfg) -> None:
             raise ConfigError(str(e)) from None
 
 
+def _attention_backward(cfg) -> str:
+    """What computes the attention gradient: autograd, our kernel, or a reference recompute."""
+    from .model import get_backend
+    try:
+        return get_backend(cfg.attention.name).backward
+    except (ValueError, ImportError):
+        return "unknown"
+
+
 def _tags(cfg, choices) -> list:
     tags = [f"attention={cfg.attention.name}", f"decode={cfg.decode.name}", f"dtype={cfg.train.dtype}",
-            f"task={cfg.task.name}", f"model={choices.get('model', cfg.model.name)}"]
+            f"task={cfg.task.name}", f"model={choices.get('model', cfg.model.name)}",
+            f"attention_backward={_attention_backward(cfg)}"]
     exp = choices.get("experiment") or cfg.study.name
     if exp:
         tags.append(f"experiment={exp}")
@@ -107,6 +116,7 @@ def run_job(cfg) -> dict | None:
     try:
         device = pick_device(cfg.device)
         tracker.start()
+        tracker.set(attention_backward=_attention_backward(cfg))
         metrics = task_module(cfg.task.name).run(cfg) or {}
         tracker.set(**metrics)
     except BackendUnavailable as e:
@@ -132,6 +142,3 @@ def _remove_fresh_dir(job_dir: Path) -> None:
                                 for p in job_dir.iterdir()):
         shutil.rmtree(job_dir, ignore_errors=True)
 
-
-def summarize_config(cfg) -> str:
-    return OmegaConf.to_yaml(cfg)
