@@ -1,17 +1,31 @@
-"""The one timing wrapper: triton.testing.do_bench (CUDA events, cache flush between calls) on
+"""The one timing wrapper: triton.testing.do_bench (CUDA events, L2 flushed between calls) on
 GPU, torch.utils.benchmark on CPU. Both warm up, synchronize and repeat; we report the median
 and the spread (p25-p75 and min-max) with the repeat count. Nothing else in the project
-hand-rolls a timer loop."""
+hand-rolls a timer loop.
+
+Keys: median_ms, p25_ms, p75_ms, min_ms, max_ms, repeats (samples behind the statistics),
+calls_per_repeat (fn() calls averaged into one sample: 1 on GPU, blocked_autorange's block size
+on CPU), warmup (what ran before timing), method.
+
+CPU on a shared machine: with several intra-op threads, a thread descheduled at an OpenMP
+barrier stalls every op (we saw 17 ms steps take 1 s); run single-threaded (OMP_NUM_THREADS=1).
+Even then, neighbours can swing wall time 10x within seconds. TRANSFORMEROP_CPU_CLOCK=process
+times with this process's CPU time instead (time.process_time): immune to being descheduled,
+equal to wall time for single-threaded compute on an idle machine, but blind to sleeps and
+waits, and summed over threads -- so it is opt-in (the CPU tests use it), wall is the default."""
+import os
 import statistics
+import time
 
 import torch
 
 
-def _stats(times_ms: list, warmup: str, method: str) -> dict:
+def _stats(times_ms: list, warmup: str, method: str, calls_per_repeat: int) -> dict:
     ts = sorted(times_ms)
-    q = statistics.quantiles(ts, n=4) if len(ts) >= 2 else [ts[0], ts[0], ts[0]]
+    q = statistics.quantiles(ts, n=4, method="inclusive") if len(ts) >= 2 else [ts[0], ts[0], ts[0]]
     return {"median_ms": statistics.median(ts), "p25_ms": q[0], "p75_ms": q[2], "min_ms": ts[0],
-            "max_ms": ts[-1], "repeats": len(ts), "warmup": warmup, "method": method}
+            "max_ms": ts[-1], "repeats": len(ts), "calls_per_repeat": calls_per_repeat, "warmup": warmup,
+            "method": method}
 
 
 def measure(fn, device, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_repeats: int = 5) -> dict:
@@ -20,17 +34,25 @@ def measure(fn, device, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_repe
     if device.type == "cuda":
         from triton.testing import do_bench
 
-        times = do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all")
+        times = list(do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="all"))
         if len(times) < min_repeats:  # a slow region: do_bench ran it too few times for a spread
-            times = list(times) + list(do_bench(fn, warmup=0, rep=rep_ms * min_repeats / max(1, len(times)),
-                                                return_mode="all"))
-        return _stats(list(times), f"{warmup_ms} ms (do_bench)", "triton.testing.do_bench")
+            times += list(do_bench(fn, warmup=0, rep=rep_ms * min_repeats / max(1, len(times)),
+                                   return_mode="all"))
+        return _stats(times, f"{warmup_ms} ms (do_bench)", "triton.testing.do_bench", 1)
     from torch.utils import benchmark
 
-    fn()  # warm-up call outside the timed blocks
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    m = timer.blocked_autorange(min_run_time=max(rep_ms / 1e3, 0.05))
-    times = [t * 1e3 for t in m.times]
-    while len(times) < min_repeats:
-        times += [t * 1e3 for t in timer.blocked_autorange(min_run_time=rep_ms / 1e3).times]
-    return _stats(times, "1 call + blocked_autorange", "torch.utils.benchmark")
+    calls, t0 = 0, time.perf_counter()
+    while calls == 0 or (time.perf_counter() - t0) * 1e3 < warmup_ms:  # at least one warm-up call
+        fn()
+        calls += 1
+    clock = os.environ.get("TRANSFORMEROP_CPU_CLOCK", "wall")
+    if clock not in ("wall", "process"):
+        raise ValueError(f"TRANSFORMEROP_CPU_CLOCK={clock!r}: wall or process")
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(),
+                            timer=time.process_time if clock == "process" else time.perf_counter)
+    m = timer.blocked_autorange(min_run_time=max(rep_ms / 1e3, 0.01))
+    times, number = [t * 1e3 for t in m.times], m.number_per_run
+    while len(times) < min_repeats:  # the same block size, so every sample averages as many calls
+        times.append(timer.timeit(number).mean * 1e3)
+    method = "torch.utils.benchmark" + (" (process CPU time)" if clock == "process" else "")
+    return _stats(times, f"{calls} calls ({warmup_ms} ms)", method, number)

@@ -1,0 +1,334 @@
+"""Measurement: napkin math against hand-worked values, the timing wrapper, bench / calibrate /
+predict / profile jobs on CPU, the flag on a planted slow path, a wrong kernel failing the job.
+
+CPU timings here run single-threaded: on a shared 2-core box, two intra-op threads stall at every
+OpenMP barrier when a neighbour takes a core (17 ms steps took 1 s), one thread does not. The flag
+test also times with process CPU time (TRANSFORMEROP_CPU_CLOCK=process): neighbours swung wall
+time 10-20x within seconds there, CPU time they do not.
+`pytest -m gpu` runs the CUDA tests on the device."""
+import time
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from conftest import ROOT, make_cfg, run_cli
+from transformerop.jobs import run_job
+from transformerop.measure import calibration, roofline as R
+from transformerop.measure.predict import compare, predict_train_step
+from transformerop.measure.timing import measure
+from transformerop.model import build_model, count_params
+from transformerop.tracking import read_results
+
+CPU = torch.device("cpu")
+ADD = R.GPTShape(n_layer=2, n_head=4, n_embd=64, block_size=16, vocab_size=12)  # the addition GPT, sdpa
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run `pytest -m gpu` on the device)")
+
+
+@pytest.fixture
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def cal_dir(tmp_path, monkeypatch):
+    """A private calibration cache: tests never read or write the user's."""
+    d = tmp_path / "calibration"
+    monkeypatch.setenv("TRANSFORMEROP_CALIBRATION_DIR", str(d))
+    return d
+
+
+def run_in_process(job_dir, *overrides):
+    """One job exactly as run.py runs it, in this process (so a test can monkeypatch a kernel).
+    Returns (results.json, exit code or None)."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["logger=none", *overrides], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(job_dir)
+    HydraConfig.instance().set_config(cfg)
+    task_cfg = cfg.copy()
+    with open_dict(task_cfg):
+        del task_cfg["hydra"]
+    job_dir.mkdir(parents=True, exist_ok=True)
+    code = None
+    try:
+        run_job(task_cfg)
+    except SystemExit as e:
+        code = e.code
+    return read_results(job_dir), code
+
+
+# -- napkin math, worked by hand -----------------------------------------------------------------
+def test_param_count_by_hand_and_equals_the_model():
+    # Addition GPT, C=64, L=2, V=12, block 16, bias:
+    #   wte 12*64 = 768; wpe 16*64 = 1,024
+    #   per layer: 12*64^2 = 49,152 weights; biases qkv 192 + proj 64 + fc 256 + mlp-proj 64 = 576;
+    #              2 LayerNorms x (64 + 64) = 256  ->  49,984;  x 2 layers = 99,968
+    #   ln_f 128; LM head tied (0)  ->  768 + 1,024 + 99,968 + 128 = 101,888
+    assert R.param_count(ADD) == 101_888
+    # Seed GPT, C=384, L=6, V=65, block 256: 24,960 + 98,304 + 6 * (1,769,472 + 13*384) + 768 = 10,770,816
+    assert R.param_count(R.GPTShape(6, 6, 384, 256, 65)) == 10_770_816
+    for overrides in ([], ["model.bias=false"], ["attention=naive_loop"], ["model=gpt"], ["model=bigram"]):
+        cfg = make_cfg(*overrides)
+        s = R.shape_of(cfg.model, 65, cfg.attention.name)
+        model = build_model(cfg, 65)
+        assert R.param_count(s) == count_params(model), overrides
+        assert R.param_tensors(s) == len(list(model.parameters())), overrides
+
+
+def test_memory_flops_bytes_by_hand():
+    # fp32 weights 4 B + grads 4 B + AdamW m, v 8 B per parameter: 101,888 * 16 = 1,630,208
+    assert R.param_memory(ADD) == {"weights": 407_552, "grads": 407_552, "optimizer": 815_104, "total": 1_630_208}
+    # N_mm = 12 * 2 * 64^2 + 12 * 64 = 98,304 + 768 = 99,072
+    assert R.matmul_params(ADD) == 99_072
+    # T=8: matmul 2 * 99,072 = 198,144; attention 4 * L * T * C = 4*2*8*64 = 4,096;
+    # forward 202,240; train 3x = 606,720 (attention part 12,288)
+    assert R.flops_per_token(ADD, 8) == {"matmul": 198_144, "attention": 4_096, "forward": 202_240,
+                                         "train": 606_720, "train_attention": 12_288}
+    # activations, T=8, fp32, sdpa, no dropout: per layer 17 * 64 * 4 = 4,352, x 2 = 8,704;
+    # model: ln_f + head inputs 2 * 64 * 4 = 512, logits V * (4 + 4) = 96  ->  9,312 B per token
+    assert R.activation_bytes_per_token(ADD, 8, 4) == 9_312
+    # naive keeps the softmax output (H*T = 32 per token): (16*64 + 32) * 4 = 4,224 per layer -> 8,448 + 608
+    naive = R.GPTShape(2, 4, 64, 16, 12, attention="naive")
+    assert R.activation_bytes_per_token(naive, 8, 4) == 9_056
+    # + dropout 0.1: per layer (1,024 + 2*32) * 4 + masks (2*64 + 32) = 4,352 + 160 = 4,512 -> 9,024;
+    # model 512 + 96 + embedding mask 64 = 672  ->  9,696
+    drop = R.GPTShape(2, 4, 64, 16, 12, dropout=0.1, attention="naive")
+    assert R.activation_bytes_per_token(drop, 8, 4) == 9_696
+    # KV cache: 2 (K, V) * L 2 * B 3 * T 16 * C 64 * 2 B (bf16) = 24,576
+    assert R.kv_cache_bytes(ADD, 3, 16, 2) == 24_576
+    # train step, B=128 x T=8 = 1,024 tokens: 52 B * 101,888 + 4 * 1,024 * 9,312 = 5,298,176 + 38,141,952
+    assert R.train_step_bytes(ADD, 1024, 8, 4) == 43_440_128
+    # 1024^3 matmul fp32: 2 * 1024^3 FLOPs over 3 * 1024^2 * 4 B -> 2048 / 12 = 170.67 FLOP/B
+    mm = R.matmul_cost(1024, 1024, 1024, 4)
+    assert mm == {"flops": 2 * 1024 ** 3, "bytes": 12_582_912}
+    assert R.arithmetic_intensity(mm["flops"], mm["bytes"]) == pytest.approx(2048 / 12)
+
+
+def test_time_bounds_launch_term_and_amdahl_by_hand():
+    # 2e12 FLOPs at 1e14 FLOP/s = 20 ms; 1e9 B at 1e12 B/s = 1 ms -> compute-bound, 20 ms
+    assert R.roofline_ms(2e12, 1e9, 1e14, 1e12) == {"compute_ms": 20.0, "memory_ms": 1.0, "bound_ms": 20.0,
+                                                    "bound": "compute"}
+    assert R.launch_ms(436, 10.0) == pytest.approx(4.36)  # 436 kernels x 10 us
+    assert R.combine_ms(20.0, 4.36, overlapped=True) == 20.0  # GPU: host queues ahead of the device
+    assert R.combine_ms(20.0, 4.36, overlapped=False) == pytest.approx(24.36)  # CPU: they add up
+    assert R.amdahl(0.5, 2.0) == pytest.approx(4 / 3)  # 1 / (0.5 + 0.5/2)
+    assert R.amdahl(0.25, float("inf")) == pytest.approx(4 / 3)  # at most 1 / (1 - 0.25)
+    assert R.amdahl(0.2, 3.6) == pytest.approx(1 / (0.8 + 0.2 / 3.6))  # "attention 3.6x" at 20%: 1.17x
+    # kernels, eval forward, fp32, sdpa: per layer 10 + 1 attention = 11, x 2 = 22; model 4 + ln_f + head = 6
+    assert R.kernels_per_forward(ADD) == 28
+    assert R.kernels_per_forward(R.GPTShape(2, 4, 64, 16, 12, attention="naive")) == 2 * 21 + 6
+    # train step: forward with loss 30; batch 4 + forward 30 + backward 3 * 30 = 124;
+    # CPU (per-tensor AdamW), 28 tensors: AdamW 9 * 28 = 252, clipping 2 * 28 + 4 = 60  ->  436.
+    # Fused (CUDA): 124 + 10 = 134. Seed GPT fp32 (dropout on): forward 6 * 13 + 7 + 2 = 87 ->
+    # 4 + 4 * 87 + 10 = 362 (the H200 profiler counted 361 device ops per step)
+    assert R.kernels_per_train_step(ADD, fused_optimizer=False) == 436
+    assert R.kernels_per_train_step(ADD, fused_optimizer=True) == 134
+    assert R.kernels_per_train_step(R.GPTShape(6, 6, 384, 256, 65, dropout=0.2)) == 362
+
+
+def test_predict_train_step_by_hand_and_compare():
+    cfg = make_cfg("train.batch_size=128")
+    cal = {"device_name": "test", "source": "test", "ceilings": {
+        "flops_fp32": {"value": 1e11, "source": "test"}, "bandwidth": {"value": 1e10, "source": "test"},
+        "op_train_us": {"value": 10.0, "source": "test"}}}
+    p = predict_train_step(cfg, 12, CPU, seq_len=8, ceilings=cal)
+    # 1,024 tokens * 606,720 = 621,281,280 FLOPs / 1e11 = 6.2128 ms; 43,440,128 B / 1e10 = 4.344 ms;
+    # launch 436 * 10 us = 4.36 ms; CPU adds: 6.2128128 + 4.36 = 10.5728128 ms
+    assert p["flops"] == 621_281_280 and p["bytes"] == 43_440_128 and p["kernels"] == 436
+    assert p["predicted_ms"] == pytest.approx(10.5728128)
+    assert p["bound"] == "compute" and p["peak_source"] == "test"
+    # memory: 1,630,208 (params) + 1,024 * 9,312 activations = 11,165,696
+    assert p["mem_total"] == 1_630_208 + 1024 * 9_312
+    assert compare(30.0, 10.0, 3.0) == {"measured_over_predicted": 3.0, "flagged": False}
+    assert compare(31.0, 10.0, 3.0)["flagged"] and compare(3.2, 10.0, 3.0)["flagged"]  # too slow / too fast
+
+
+def test_timing_wrapper_repeats_and_spread():
+    calls = [0]
+
+    def fn():
+        calls[0] += 1
+        time.sleep(0.002)
+    s = measure(fn, "cpu", warmup_ms=5, rep_ms=20, min_repeats=12)
+    assert s["repeats"] >= 12
+    # every sample averages calls_per_repeat calls, and warm-up calls come on top
+    warm = int(s["warmup"].split()[0])
+    assert warm >= 1 and calls[0] >= warm + s["repeats"] * s["calls_per_repeat"]
+    assert s["min_ms"] <= s["p25_ms"] <= s["median_ms"] <= s["p75_ms"] <= s["max_ms"]
+    assert 2.0 <= s["median_ms"] < 50.0  # a 2 ms sleep, never faster
+
+
+# -- jobs on CPU ---------------------------------------------------------------------------------
+def test_bench_cpu_model_targets_write_complete_results(tmp_path, cal_dir):
+    sweep = tmp_path / "sweep"
+    r = run_cli("-m", "task=bench", "bench.target=forward,train_step,generate", "decode=recompute", "logger=none",
+                "device=cpu", "model.n_layer=1", "train.batch_size=16", "generate.batch_size=2",
+                "bench.rep_ms=30", "bench.warmup_ms=5", f"hydra.sweep.dir={sweep}",
+                env={"OMP_NUM_THREADS": "1", "TRANSFORMEROP_CALIBRATION_DIR": str(cal_dir)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    for job, target in enumerate(("forward", "train_step", "generate")):
+        res = read_results(sweep / str(job))
+        assert res["status"] == "ok", res["error"]
+        t = res["timings"][target]
+        for key in ("median_ms", "p25_ms", "p75_ms", "repeats", "predicted_ms", "measured_over_predicted",
+                    "flagged", "mfu", "peak_source", "mem_total", "peak_memory_bytes", "tok_per_s"):
+            assert key in t, (target, key)
+        assert t["median_ms"] > 0 and t["predicted_ms"] > 0 and t["peak_source"] == "guess"
+        assert t["measured_over_predicted"] == pytest.approx(t["median_ms"] / t["predicted_ms"])
+        assert res["metrics"][f"{target}_median_ms"] == t["median_ms"]
+        assert res["tables"]["bench"]["rows"][0][0] == target
+    assert "[ok]" in r.stdout or "[FLAGGED]" in r.stdout
+
+
+def test_calibrate_then_predict_uses_measured_ceilings(tmp_path, cal_dir, one_thread, capsys):
+    res, _ = run_in_process(tmp_path / "cal", "task=calibrate", "device=cpu")
+    assert res["status"] == "ok", res["error"]
+    cached = calibration.load(CPU)
+    for key in ("flops_fp32", "flops_bf16", "bandwidth", "launch_us", "op_train_us", "op_infer_us"):
+        assert cached["ceilings"][key]["source"] == "measured" and cached["ceilings"][key]["value"] > 0
+    assert cached["ceilings"]["flops_tf32"]["source"] == "guess"  # no TF32 on a CPU: labelled fallback kept
+    assert cached["source"] == "measured" and cached["path"].startswith(str(cal_dir))
+    res, _ = run_in_process(tmp_path / "pred", "task=predict", "device=cpu")
+    assert res["status"] == "ok", res["error"]
+    m = res["metrics"]
+    assert m["params"] == 101_888 and m["ceilings_source"] == "measured" and m["predicted_step_ms"] > 0
+    assert m["h200_step_ms"] > 0
+    assert "H200 (datasheet)" in capsys.readouterr().out
+
+
+def test_profile_cpu_phases_trace_and_top_ops(tmp_path, cal_dir, one_thread):
+    res, _ = run_in_process(tmp_path / "prof", "task=profile", "device=cpu", "model.n_layer=1",
+                            "train.batch_size=16", "bench.rep_ms=30", "bench.warmup_ms=5")
+    assert res["status"] == "ok", res["error"]
+    m = res["metrics"]
+    for phase in ("forward", "backward", "optimizer", "step"):
+        assert m[f"{phase}_ms"] is not None and m[f"{phase}_synced_ms"] > 0
+    assert m["sync_over_one"] > 0 and "train_step" in res["timings"]
+    assert (tmp_path / "prof" / "trace.json").stat().st_size > 1000
+    ops = res["tables"]["top_ops"]
+    assert ops["columns"] == ["name", "self_ms_per_step", "count_per_step", "pct_of_step"] and ops["rows"]
+    assert [r[0] for r in res["tables"]["phases"]["rows"]] == ["forward", "backward", "optimizer", "step"]
+
+
+def _host_work(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_planted_slow_path_raises_the_flag(tmp_path, cal_dir, one_thread, monkeypatch, capsys):
+    """The flag must fire on a step slower than its prediction and stay quiet on the normal path.
+
+    Making it non-flaky on CPU: (1) the napkin's CPU ceilings are crude (a small step may come in
+    at 0.5-3x its prediction), so the per-op cost is fitted to the normal path's own measurement
+    and written to the calibration cache -- after that the prediction for this step is what the
+    normal path measured, through the real cache and prediction code. (2) A second normal run is
+    then within noise of 1x (same config twice), far inside the 3x threshold. (3) The slow path
+    adds 5 normal steps of host work, so it lands near 6x, far beyond 3x. (4) Everything is timed
+    in process CPU time on one thread, which the neighbours on a shared box cannot inflate.
+
+    On CPU train.slow_path=host_sync itself is free (the host is the device; we measured no
+    difference), so here the planted hook also does host work worth 5 normal steps -- like the
+    seed's mask built on the host every step -- standing in for what the hook costs on a GPU
+    (the device runs time the real one)."""
+    monkeypatch.setenv("TRANSFORMEROP_CPU_CLOCK", "process")
+    common = ["task=bench", "bench.target=train_step", "device=cpu", "train.batch_size=32",
+              "bench.rep_ms=100", "bench.warmup_ms=20", "bench.flag_ratio=3"]
+    first, _ = run_in_process(tmp_path / "fit", *common)
+    t = first["timings"]["train_step"]
+    roof = max(t["compute_ms"], t["memory_ms"])
+    fitted_us = max(0.1, (t["median_ms"] - roof) * 1e3 / t["kernels"])
+    calibration.save(CPU, {"op_train_us": (fitted_us, "fitted to the normal train step (test)")})
+    assert calibration.load(CPU)["ceilings"]["op_train_us"]["value"] == pytest.approx(fitted_us)
+
+    normal, _ = run_in_process(tmp_path / "normal", *common, "train.slow_path=none")
+    n = normal["timings"]["train_step"]
+    assert normal["status"] == "ok" and n["launch_source"] == "measured" and "process" in n["method"]
+    assert not n["flagged"], n["measured_over_predicted"]
+    assert "[ok] train_step" in capsys.readouterr().out
+
+    import transformerop.train as train_mod
+    real = train_mod._plant_slow_path
+    work_s = 5 * t["median_ms"] / 1e3
+
+    def slow(kind, x, device):
+        real(kind, x, device)
+        if kind != "none":
+            _host_work(work_s)
+    monkeypatch.setattr(train_mod, "_plant_slow_path", slow)
+    slow_res, _ = run_in_process(tmp_path / "slow", *common, "train.slow_path=host_sync")
+    s = slow_res["timings"]["train_step"]
+    assert slow_res["status"] == "ok"
+    assert s["flagged"] and s["measured_over_predicted"] > 3.0, s["measured_over_predicted"]
+    assert slow_res["metrics"]["flagged"] is True
+    assert "[FLAGGED] train_step" in capsys.readouterr().out
+
+
+def _no_causal_mask(self, q, k, v, mask):
+    """A classic wrong kernel: forgets the causal mask."""
+    return torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1) @ v
+
+
+@pytest.mark.parametrize("target", ["attention", "forward"])
+def test_wrong_kernel_fails_the_job_with_no_timing(tmp_path, cal_dir, one_thread, monkeypatch, target):
+    from transformerop.model.attention.sdpa import SDPAAttention
+    monkeypatch.setattr(SDPAAttention, "attend", _no_causal_mask)
+    res, code = run_in_process(tmp_path / target, "task=bench", f"bench.target={target}", "attention=sdpa",
+                               "device=cpu", "train.batch_size=4", "bench.rep_ms=20")
+    assert code == 1
+    assert res["status"] == "failed" and res["error"]["type"] == "Mismatch"
+    assert "relative error" in res["error"]["message"]
+    assert res["timings"] == {} and not any(k.endswith("_ms") for k in res["metrics"])
+    assert "bench" not in res["tables"]
+
+
+# -- GPU (pytest -m gpu on the device) ----------------------------------------------------------
+@pytest.mark.gpu
+@gpu
+def test_gpu_calibrate_measures_every_ceiling(tmp_path, cal_dir):
+    res, _ = run_in_process(tmp_path / "cal", "task=calibrate")
+    assert res["status"] == "ok", res["error"]
+    cal = calibration.load(torch.device("cuda"))
+    assert cal["source"] == "measured"
+    c = {k: v["value"] for k, v in cal["ceilings"].items()}
+    assert all(cal["ceilings"][k]["source"] == "measured" for k in calibration.KEYS)
+    assert c["flops_bf16"] > c["flops_tf32"] > c["flops_fp32"] > 1e12
+    assert c["graph_node_us"] < c["launch_us"] < c["op_train_us"]
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_graph_forward_beats_eager_at_batch_1(tmp_path, cal_dir):
+    eager, _ = run_in_process(tmp_path / "eager", "task=bench", "bench.target=forward", "bench.batch_size=1")
+    graph, _ = run_in_process(tmp_path / "graph", "task=bench", "bench.target=forward", "bench.batch_size=1",
+                              "bench.graph=true")
+    assert eager["status"] == graph["status"] == "ok", (eager["error"], graph["error"])
+    e, g = eager["timings"]["forward"], graph["timings"]["forward_graph"]
+    assert g["launch_key"] == "graph_node_us" and e["bound"] == "launch"
+    assert g["median_ms"] < e["median_ms"]  # a launch-bound forward: one replay beats ~30 launches
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_bench_seed_gpt_train_step(tmp_path, cal_dir, dtype):
+    res, _ = run_in_process(tmp_path / dtype, "task=bench", "bench.target=train_step", "data=shakespeare",
+                            "model=gpt", f"train.dtype={dtype}")
+    assert res["status"] == "ok", res["error"]
+    t = res["timings"]["train_step"]
+    assert 0 < t["mfu"] < 1 and t["predicted_ms"] > 0 and t["peak_memory_bytes"] > t["mem_weights"]
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_wrong_kernel_fails(tmp_path, cal_dir, monkeypatch):
+    from transformerop.model.attention.sdpa import SDPAAttention
+    monkeypatch.setattr(SDPAAttention, "attend", _no_causal_mask)
+    res, code = run_in_process(tmp_path / "bad", "task=bench", "bench.target=attention")
+    assert code == 1 and res["status"] == "failed" and res["timings"] == {}

@@ -1,0 +1,153 @@
+"""Correct first: float64 references and the checks a bench target passes before it is timed.
+A failed check raises Mismatch -- the job fails and nothing is timed or logged as a timing.
+
+The references never call an attention backend's `attend`: the float64 model copy has every
+block's attend replaced by `reference_attend`, so a wrong kernel cannot agree with itself."""
+import copy
+import math
+
+import torch
+
+from ..runtime import autocast
+
+
+class Mismatch(AssertionError):
+    """A target's result disagrees with its float64 reference."""
+
+
+def tolerance(dtype_name: str, device) -> float:
+    """Max relative error (see rel_err) accepted. fp32 on CUDA may run matmuls in TF32."""
+    if dtype_name == "bfloat16":
+        return 5e-2
+    return 5e-3 if torch.device(device).type == "cuda" else 1e-4
+
+
+def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |a - ref| / max |ref|: one number per tensor, scale-free."""
+    return ((a.double() - ref.double()).abs().max() / ref.double().abs().max().clamp_min(1e-12)).item()
+
+
+def expect_close(name: str, a: torch.Tensor, ref: torch.Tensor, tol: float) -> float:
+    if a.shape != ref.shape:
+        raise Mismatch(f"{name}: shape {tuple(a.shape)} != reference {tuple(ref.shape)}")
+    if not torch.isfinite(a).all():
+        raise Mismatch(f"{name}: non-finite values in the result")
+    err = rel_err(a, ref)
+    if not err <= tol:
+        raise Mismatch(f"{name}: max relative error {err:.3g} vs float64 reference exceeds {tol:g}")
+    return err
+
+
+def reference_attend(q, k, v, mask=None):
+    """float64 softmax(q k^T / sqrt(D) + mask) v; mask None = causal aligned bottom-right."""
+    q, k, v = q.double(), k.double(), v.double()
+    t_q, t_k = q.size(-2), k.size(-2)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is None:
+        mask = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(diagonal=t_k - t_q)
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
+
+
+def float64_model(model):
+    """A float64 eval-mode copy whose attention runs reference_attend, not the backend."""
+    ref = copy.deepcopy(model).double().eval()
+    for block in getattr(ref, "blocks", []):
+        if hasattr(block.attn, "attend"):
+            block.attn.attend = reference_attend  # instance attribute shadows the backend's method
+    return ref
+
+
+def check_attend(attn, B: int, H: int, T: int, D: int, dtype, dtype_name: str, device,
+                 backward: bool = False, name: str = "attention") -> dict:
+    """The backend's attend on random q, k, v (and dout) against float64, forward (+ grads)."""
+    was_training = attn.training
+    attn.eval()  # no attention dropout in the check
+    q, k, v = (torch.randn(B, H, T, D, device=device).to(dtype).requires_grad_(backward) for _ in range(3))
+    tol = tolerance(dtype_name, device)
+    with torch.set_grad_enabled(backward):
+        out = attn.attend(q, k, v, None)
+    q64, k64, v64 = (t.detach().double().requires_grad_(backward) for t in (q, k, v))
+    with torch.set_grad_enabled(backward):
+        ref = reference_attend(q64, k64, v64)
+    errs = {f"{name}_fwd_err": expect_close(f"{name} forward", out, ref, tol)}
+    if backward:
+        dout = torch.randn_like(out)
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+        refs = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
+        for label, g, r in zip("qkv", grads, refs):
+            errs[f"{name}_d{label}_err"] = expect_close(f"{name} d{label}", g, r, 2 * tol)
+    attn.train(was_training)
+    return errs
+
+
+def check_model_attention(model, B: int, T: int, dtype_name: str, device) -> dict:
+    """check_attend at the model's own shapes (first block), when the backend has attend().
+    Logits alone would not do: at init the attention branch is a small part of the residual
+    stream, so a wrong kernel can move the logits by less than the bf16 tolerance."""
+    blocks = getattr(model, "blocks", [])
+    if not len(blocks) or not hasattr(blocks[0].attn, "attend"):
+        return {}
+    attn = blocks[0].attn
+    dtype = torch.bfloat16 if dtype_name == "bfloat16" else torch.float32
+    return check_attend(attn, B, attn.n_head, T, attn.head_dim, dtype, dtype_name, device, name="model_attention")
+
+
+def check_logits(model, idx, dtype_name: str, device) -> dict:
+    """Eval-mode logits (under the run's autocast) against the float64 copy."""
+    ref = float64_model(model)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        with autocast(device, dtype_name):
+            logits, _ = model(idx)
+        ref_logits, _ = ref(idx)
+    model.train(was_training)
+    return {"logits_err": expect_close("forward logits", logits, ref_logits, tolerance(dtype_name, device))}
+
+
+def check_train_step(trainer, data, dtype_name: str, device) -> dict:
+    """One Trainer.train_step against a float64 forward of the same batch: the returned loss is
+    finite and equals the reference loss, and every parameter tensor changes. Dropout is off for
+    this one step (eval mode) so the two losses are comparable."""
+    t = trainer.t
+    model = trainer.raw_model
+    ref = float64_model(model)
+    state = trainer.gen.get_state()  # replay the trainer's batch draw, then rewind it
+    for _ in range(t.grad_accum):
+        x, y = data.batch("train", t.batch_size, trainer.gen)  # train_step returns the last micro-batch's loss
+    trainer.gen.set_state(state)
+    with torch.no_grad():
+        _, ref_loss = ref(x, y)
+    before = [p.detach().clone() for p in model.parameters()]
+    model.eval()
+    loss = trainer.train_step(0)
+    model.train()
+    if not torch.isfinite(loss).all():
+        raise Mismatch(f"train_step: loss is {loss.item()}")
+    err = expect_close("train_step loss", loss.reshape(1), ref_loss.reshape(1), tolerance(dtype_name, device))
+    unchanged = [i for i, (b, p) in enumerate(zip(before, model.parameters())) if torch.equal(b, p.detach())]
+    if unchanged:
+        raise Mismatch(f"train_step: {len(unchanged)} of {len(before)} parameter tensors did not change")
+    return {"loss_err": err, "params_changed": len(before)}
+
+
+def check_generate(model, prompt, new_tokens: int, path: str, generate) -> dict:
+    """fp32 greedy tokens of `path` equal the recompute path's. Where a row first differs, the
+    float64 model must see a near-tie there (the two tokens' logits within 1e-4 of the logit
+    range): rounding may pick either side of a tie, a wrong kernel does not stay that close."""
+    out = generate(model, prompt, new_tokens, temperature=0.0, top_k=None, path=path)
+    ref = generate(model, prompt, new_tokens, temperature=0.0, top_k=None, path="recompute")
+    if out.shape != ref.shape:
+        raise Mismatch(f"generate: decode={path} gave shape {tuple(out.shape)}, recompute {tuple(ref.shape)}")
+    differ = (out != ref).any(dim=1).nonzero().flatten().tolist()
+    if differ:
+        model64 = float64_model(model)
+        for b in differ:
+            j = int((out[b] != ref[b]).nonzero()[0])
+            with torch.no_grad():
+                logits = model64(ref[b:b + 1, max(0, j - model.block_size):j])[0][0, -1]
+            gap = (logits[out[b, j]] - logits[ref[b, j]]).abs() / (logits.max() - logits.min())
+            if gap > 1e-4:
+                raise Mismatch(f"generate: decode={path} differs from recompute in row {b} at position {j} "
+                               f"(token {int(out[b, j])} vs {int(ref[b, j])}, logit gap {gap:.2e} of the range)")
+    return {"rows_equal_recompute": out.size(0) - len(differ), "rows": out.size(0)}
