@@ -4,7 +4,11 @@ time with Hydra's own message naming the field."""
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
+import os
+import time
+
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 
 @dataclass
@@ -130,15 +134,22 @@ class Config:
     tags: List[str] = field(default_factory=list)
 
 
-GROUPS = {
-    "task": TaskConfig, "model": ModelConfig, "data": DataConfig, "attention": AttentionConfig,
-    "decode": DecodeConfig, "train": TrainConfig, "generate": GenerateConfig,
-    "bench": BenchConfig, "logger": LoggerConfig,
-}
+def run_stamp() -> str:
+    """The run dir's time stamp. Under torchrun every rank must name the same dir, so ranks use
+    the start time of their common parent (the torchrun agent) instead of their own clock."""
+    when = time.time()
+    if "LOCAL_RANK" in os.environ:
+        try:
+            ticks = int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()[19])
+            boot = next(int(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
+            when = boot + ticks / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError, StopIteration):
+            pass
+    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(when))
 
 
 def register() -> None:
+    if not OmegaConf.has_resolver("run_stamp"):
+        OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
-    for group, schema in GROUPS.items():
-        cs.store(group=group, name="schema", node=schema)

@@ -14,7 +14,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
-from . import tracking
+from . import distributed, tracking
 from .runtime import env_info, pick_device
 
 TASKS = ("train", "generate", "bench", "profile", "validate", "calibrate", "predict", "report")
@@ -114,7 +114,7 @@ def run_job(cfg) -> dict | None:
 
     status, error = "ok", None
     try:
-        device = pick_device(cfg.device)
+        device = distributed.init(pick_device(cfg.device))
         tracker.start()
         tracker.set(attention_backward=_attention_backward(cfg))
         metrics = task_module(cfg.task.name).run(cfg) or {}
@@ -127,6 +127,7 @@ def run_job(cfg) -> dict | None:
             gc.collect()
             torch.cuda.empty_cache()
     record = tracker.finish(status, error, env_info(device or torch.device("cpu")))
+    distributed.shutdown()
     if error:
         print(f"[{job_dir.name}] {status}: {error['type']}: {error['message']}", file=sys.stderr)
         if not multirun:

@@ -13,6 +13,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def pick_device(name: str = "auto") -> torch.device:
+    """cuda, else mps, else cpu; under torchrun each rank gets cuda:LOCAL_RANK."""
+    if name in ("auto", "cuda") and torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")

@@ -41,13 +41,14 @@ class Tracker:
         self.metrics, self.timings, self.tables, self.history = {}, {}, {}, []
         self.run = None
         self.started = time.time()
+        self.main = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 records
 
     # -- W&B -----------------------------------------------------------------
     def start(self) -> None:
         global _current
         _current = self
         lc = self.cfg.logger
-        if lc.name != "wandb" or lc.mode == "disabled":
+        if lc.name != "wandb" or lc.mode == "disabled" or not self.main:
             return
         import wandb
 
@@ -114,7 +115,8 @@ class Tracker:
     def finish(self, status: str, error: dict | None, env: dict) -> dict:
         global _current
         record = self.record(status, error, env)
-        write_json_atomic(self.job_dir / RESULTS, record)
+        if self.main:
+            write_json_atomic(self.job_dir / RESULTS, record)
         if self.run is not None:
             self.run.summary.update({"status": status, **({"error": error["message"]} if error else {})})
             self.run.finish(exit_code=0 if status != "failed" else 1)

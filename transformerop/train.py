@@ -1,6 +1,7 @@
 """The training loop: AdamW, warm-up + cosine, grad clipping, periodic eval, atomic
 checkpoints with resume, bf16 autocast, optional torch.compile. Host syncs happen only at
 log/eval points so the loop measures the model, not the loop."""
+import contextlib
 import math
 import time
 from pathlib import Path
@@ -8,7 +9,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import checkpoint
+from . import checkpoint, distributed
 from .runtime import autocast, sync
 
 LOG_EVERY = 10  # steps between the (one) host sync that reads losses back
@@ -75,27 +76,36 @@ class Trainer:
         self.ckpt_path = ckpt_path
         self.tracker = tracker
         self.step, self.best_val, self.best_step = 0, float("inf"), None
-        self.gen = torch.Generator(device=device).manual_seed(cfg.seed)
+        self.rank, self.main = distributed.rank(), distributed.is_main()
+        self.gen = torch.Generator(device=device).manual_seed(cfg.seed + self.rank)  # each rank its own batches
         self.signature = checkpoint.model_signature(cfg.model, data.tokenizer.vocab_size, data.tokenizer.chars)
         self.loss_buf = torch.zeros(LOG_EVERY, device=device)
         self.seq_len = data.batch("train", 1, torch.Generator(device=device).manual_seed(0))[0].size(1)
+        self.ddp = distributed.active()
+        if self.ddp:  # gradients all-reduced (averaged) across ranks in backward
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
         if self.t.compile:
             self.model = torch.compile(self.model)
 
     # -- checkpoints ---------------------------------------------------------
     def state(self) -> dict:
         return {"model": self.raw_model.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
-                "best_val": self.best_val, "best_step": self.best_step, "signature": self.signature, "rng_cpu": torch.get_rng_state(),
+                "best_val": self.best_val, "best_step": self.best_step, "signature": self.signature,
+                "rng_cpu": torch.get_rng_state(),
                 "rng_cuda": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
-                "rng_batches": self.gen.get_state()}
+                "rng_batches": distributed.gather_objects(self.gen.get_state()),  # one per rank
+                "history": self.tracker.history if self.tracker else []}  # the curve survives a kill
 
     def save(self) -> None:
         if self.t.checkpoint:
-            checkpoint.save(self.ckpt_path, **self.state())
+            state = self.state()  # a collective under DDP: every rank takes part
+            if self.main:
+                checkpoint.save(self.ckpt_path, **state)
 
     def save_best(self) -> None:
         """Weights of the best eval so far (what a user would sample from after overfitting)."""
-        if self.t.checkpoint:
+        if self.t.checkpoint and self.main:
             checkpoint.save(self.ckpt_path.with_name("best.pt"), model=self.raw_model.state_dict(),
                             signature=self.signature, step=self.step, val_loss=self.best_val)
 
@@ -107,7 +117,11 @@ class Trainer:
         torch.set_rng_state(st["rng_cpu"])
         if st.get("rng_cuda") is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(st["rng_cuda"])
-        self.gen.set_state(st["rng_batches"])
+        states = st["rng_batches"]
+        if self.rank < len(states):  # resuming on more ranks than saved: the new ones start fresh
+            self.gen.set_state(states[self.rank])
+        if self.tracker is not None:
+            self.tracker.history = [h for h in st.get("history", []) if (h.get("step") or 0) <= self.step]
 
     # -- loop ----------------------------------------------------------------
     def evaluate(self, full: bool = False) -> dict:
@@ -126,9 +140,12 @@ class Trainer:
         for micro in range(t.grad_accum):
             x, y = self.data.batch("train", t.batch_size, self.gen)
             _plant_slow_path(t.slow_path, x, self.device)
-            with autocast(self.device, t.dtype):
-                _, loss = self.model(x, y)
-            (loss / t.grad_accum).backward()
+            last = micro == t.grad_accum - 1
+            # Under DDP, all-reduce gradients only once, on the last micro-step.
+            with self.model.no_sync() if self.ddp and not last else contextlib.nullcontext():
+                with autocast(self.device, t.dtype):
+                    _, loss = self.model(x, y)
+                (loss / t.grad_accum).backward()
         if t.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
         self.opt.step()
@@ -148,7 +165,7 @@ class Trainer:
     def fit(self) -> dict:
         t = self.t
         start = self.step
-        bar = tqdm(total=t.max_iters, initial=start, disable=not t.progress, desc="train", mininterval=1.0)
+        bar = tqdm(total=t.max_iters, initial=start, disable=not (t.progress and self.main), desc="train", mininterval=1.0)
         last = {}
         self.model.train()
         t_log, step_log = time.perf_counter(), start
@@ -166,7 +183,8 @@ class Trainer:
                         self.save_best()
                     if self.tracker:
                         self.tracker.log({**last, "lr": lr_at(step, t)}, step=step)
-                    bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
+                    if self.main:
+                        bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
                     if step < t.max_iters:
                         self.save()
                     if t.target_loss is not None and last["val_loss"] <= t.target_loss and reached is None:

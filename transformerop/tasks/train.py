@@ -4,7 +4,7 @@ from pathlib import Path
 import torch
 from hydra.core.hydra_config import HydraConfig
 
-from .. import tracking
+from .. import distributed, tracking
 from ..data import build_data
 from ..decode import generate
 from ..model import build_model, count_params
@@ -43,8 +43,9 @@ def train_model(cfg, device, tracker):
         trainer.resume(ckpt)
         print(f"resumed from {ckpt} at step {trainer.step}")
     n_params = count_params(model)
-    print(f"{cfg.model.name}: {n_params:,} parameters, data={cfg.data.name}, attention={cfg.attention.name}, "
-          f"device={device}, dtype={cfg.train.dtype}")
+    if distributed.is_main():
+        print(f"{cfg.model.name}: {n_params:,} parameters, data={cfg.data.name}, "
+              f"attention={cfg.attention.name}, device={device}, dtype={cfg.train.dtype}")
     metrics = trainer.fit()
     return trainer, data, {"params": n_params, **metrics}
 
@@ -67,7 +68,8 @@ def run(cfg) -> dict:
         samples = [data.tokenizer.decode(out[0])]
     metrics["peak_memory_bytes"] = peak_memory_bytes(device)
     tracker.table("samples", ["sample"], [[s] for s in samples])
-    _print_summary(cfg, metrics, samples, tracker)
+    if distributed.is_main():
+        _print_summary(cfg, metrics, samples, tracker)
     return metrics
 
 

@@ -1,0 +1,52 @@
+"""task=report: the comparison report (transformerop.report) as a Hydra job.
+
+Which sweep: the config has no field for it, so the job reads the environment variable
+TRANSFORMEROP_REPORT_PATH (one dir, or several joined by os.pathsep), else takes the newest dir
+under outputs/multirun (relative to where run.py is launched, as Hydra writes it):
+
+    python run.py task=report                                            # the latest sweep
+    TRANSFORMEROP_REPORT_PATH=outputs/multirun/<stamp> python run.py task=report
+
+report.md / report.csv / report.png land in the sweep dir as with `python -m transformerop.report`;
+the table goes to this job's W&B run and results.json tables, report.md and report.png are copied
+into the job dir and saved to that run, so no second W&B run is made."""
+import os
+import shutil
+from pathlib import Path
+
+from .. import tracking
+from ..report import ReportError, report
+
+ENV = "TRANSFORMEROP_REPORT_PATH"
+SWEEPS = Path("outputs") / "multirun"
+
+
+def sweep_paths() -> list:
+    if os.environ.get(ENV):
+        return [Path(p) for p in os.environ[ENV].split(os.pathsep) if p]
+    dirs = [d for d in SWEEPS.glob("*") if d.is_dir()] if SWEEPS.is_dir() else []
+    if not dirs:
+        raise ValueError(f"task=report: set {ENV}=<sweep dir>, or run a sweep first (no dirs under {SWEEPS})")
+    return [max(dirs, key=lambda d: d.stat().st_mtime)]
+
+
+def check(cfg, device) -> None:
+    missing = [str(p) for p in sweep_paths() if not p.exists()]
+    if missing:
+        raise ValueError(f"{ENV}: no such directory {', '.join(missing)}")
+
+
+def run(cfg) -> dict:
+    tracker = tracking.current()
+    paths = sweep_paths()
+    try:
+        out = report(paths, use_wandb=False)
+    except ReportError as e:
+        raise ValueError(str(e)) from None  # recorded as failed with the one-line reason
+    table = out["table"]
+    tracker.table("report", list(table.columns), table.values.tolist())
+    for f in (out["md"], out["png"]):  # W&B saves files from inside the job dir only
+        tracker.file(shutil.copy(f, tracker.job_dir / f.name))
+    print(f"report of {' '.join(map(str, paths))}: {out['md']}, {out['csv']}, {out['png']}")
+    return {"report_jobs": len(out["df"]), **{f"report_{k}": v for k, v in out["facts"]["counts"].items()},
+            "report_md": str(out["md"])}
