@@ -187,6 +187,7 @@ class Trainer:
                         bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
                     if step < t.max_iters:
                         self.save()
+                    t_log, step_log = time.perf_counter(), step  # eval time stays out of the step time
                     if t.target_loss is not None and last["val_loss"] <= t.target_loss and reached is None:
                         reached = step
                         break

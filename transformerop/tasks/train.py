@@ -1,4 +1,5 @@
 """task=train: build data and model, train (resuming from the run dir's checkpoint), sample."""
+import statistics
 from pathlib import Path
 
 import torch
@@ -9,7 +10,8 @@ from ..data import build_data
 from ..decode import generate
 from ..model import build_model, count_params
 from ..runtime import peak_memory_bytes, pick_device, reset_peak_memory, seed_everything
-from ..train import Trainer
+from ..measure.predict import flag_line, judge, predict_train_step
+from ..train import LOG_EVERY, Trainer
 
 
 def resume_path(cfg, job_dir: Path):
@@ -42,12 +44,35 @@ def train_model(cfg, device, tracker):
     if ckpt is not None:
         trainer.resume(ckpt)
         print(f"resumed from {ckpt} at step {trainer.step}")
+    pred = predict_train_step(cfg, data.tokenizer.vocab_size, device, seq_len=trainer.seq_len)
     n_params = count_params(model)
     if distributed.is_main():
+        print(f"predicted train step {pred['predicted_ms']:.3f} ms ({pred['bound']}-bound; ceilings: "
+              f"{pred['ceilings']}), predicted memory {pred['mem_total'] / 2**20:.1f} MiB (weights, grads, AdamW, activations)")
         print(f"{cfg.model.name}: {n_params:,} parameters, data={cfg.data.name}, "
               f"attention={cfg.attention.name}, device={device}, dtype={cfg.train.dtype}")
     metrics = trainer.fit()
+    _judge_step_time(cfg, tracker, pred)
     return trainer, data, {"params": n_params, **metrics}
+
+
+def _judge_step_time(cfg, tracker, pred) -> None:
+    """The loop's own step time (median of its synced 10-step windows) beside the prediction."""
+    windows = [h["step_ms"] for h in tracker.history if "step_ms" in h][1:]  # first: warm-up, compile
+    if len(windows) < 2:
+        return
+    windows.sort()
+    q = statistics.quantiles(windows, n=4)
+    stats = {"median_ms": statistics.median(windows), "p25_ms": q[0], "p75_ms": q[2], "min_ms": windows[0],
+             "max_ms": windows[-1], "repeats": len(windows), "warmup": "first window excluded",
+             "method": f"training loop, {LOG_EVERY}-step windows between host syncs"}
+    row = judge(stats, pred, cfg.bench.flag_ratio)
+    tracker.timing("train_step", row)
+    tracker.set(step_ms=row["median_ms"], predicted_step_ms=row["predicted_ms"],
+                step_measured_over_predicted=row["measured_over_predicted"], mfu=row["mfu"],
+                predicted_memory_bytes=pred["mem_total"])
+    if distributed.is_main():
+        print(flag_line("train_step", row))
 
 
 def run(cfg) -> dict:
