@@ -1,4 +1,5 @@
 """Shared helpers: real Hydra composition of the project's config, and a CLI runner."""
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +30,18 @@ def run_cli(*args, cwd=ROOT, timeout=600, env=None):
     e.pop("WANDB_MODE", None)
     return subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout, env=e)
+
+
+FAST = ["train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.progress=false"]
+
+
+def results(job_dir) -> dict:
+    return json.loads((Path(job_dir) / "results.json").read_text())
+
+
+def offline_runs(job_dir) -> list:
+    """The W&B offline run folders a job left in its dir."""
+    return sorted((Path(job_dir) / "wandb").glob("offline-run-*"))
 
 
 def shakespeare_available() -> bool:

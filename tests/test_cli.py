@@ -1,18 +1,6 @@
 """The CLI as a user runs it, through a subprocess."""
-import json
-from pathlib import Path
 
-from conftest import run_cli
-
-FAST = ["train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.progress=false"]
-
-
-def results(job_dir) -> dict:
-    return json.loads((Path(job_dir) / "results.json").read_text())
-
-
-def wandb_runs(job_dir):
-    return sorted((Path(job_dir) / "wandb").glob("offline-run-*"))
+from conftest import FAST, offline_runs, results, run_cli
 
 
 def test_main_job_small(tmp_path):
@@ -25,7 +13,7 @@ def test_main_job_small(tmp_path):
     assert r["metrics"]["steps"] == 30 and 0.0 <= r["metrics"]["exact_match"] <= 1.0
     assert r["metrics"]["val_loss"] < 2.4 and r["metrics"]["peak_memory_bytes"] > 0
     assert r["config"]["model"]["n_embd"] == 64 and r["env"]["torch"]
-    assert r["wandb"]["mode"] == "offline" and len(wandb_runs(run_dir)) == 1
+    assert r["wandb"]["mode"] == "offline" and len(offline_runs(run_dir)) == 1
     assert (run_dir / "ckpt.pt").exists()
     # Rerunning into the same dir resumes from the checkpoint instead of starting over.
     p2 = run_cli(*FAST[:-3], "train.max_iters=45", "train.eval_interval=15", "train.eval_iters=2",
@@ -46,7 +34,7 @@ def test_two_job_multirun_shares_a_group(tmp_path):
     assert all(r["status"] == "ok" for r in rs)
     assert rs[0]["wandb"]["group"] == rs[1]["wandb"]["group"] == "sweep"
     assert rs[0]["wandb"]["run_id"] != rs[1]["wandb"]["run_id"]
-    assert all(len(wandb_runs(d)) == 1 for d in jobs)
+    assert all(len(offline_runs(d)) == 1 for d in jobs)
     assert "2 ok, 0 failed, 0 skipped" in p.stdout
 
 

@@ -1,25 +1,13 @@
 """Sweeps that survive failures, resume, run under joblib / submitit, DDP and SIGKILL."""
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-from conftest import ROOT, run_cli
-
-FAST = ["train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.progress=false"]
-
-
-def results(job_dir) -> dict:
-    return json.loads((Path(job_dir) / "results.json").read_text())
-
-
-def offline_runs(job_dir):
-    return sorted((Path(job_dir) / "wandb").glob("offline-run-*"))
+from conftest import FAST, ROOT, offline_runs, results, run_cli
 
 
 def test_planted_failure_does_not_stop_the_sweep(tmp_path):

@@ -1,5 +1,4 @@
 """Materialized scores, heads batched in one matmul: softmax(q k^T / sqrt(d) + causal) v."""
-import torch
 import torch.nn as nn
 
 from .base import CausalSelfAttention, causal_mask
