@@ -47,3 +47,31 @@ def test_bad_overrides_fail_cleanly(tmp_path):
         assert p.returncode != 0, override
         assert needle in p.stderr, (override, p.stderr[-2000:])
         assert not run_dir.exists(), f"{override} left {list(run_dir.rglob('*'))}"
+
+
+def test_cuda_backend_on_cpu_fails_cleanly_and_is_skipped_in_a_sweep(tmp_path):
+    run_dir = tmp_path / "single"
+    p = run_cli("attention=cuda", *FAST, "logger=none", f"hydra.run.dir={run_dir}")
+    assert p.returncode != 0
+    assert "skipped: attention=cuda needs a CUDA GPU" in p.stderr
+    assert "Traceback" not in p.stderr
+    sweep = tmp_path / "sweep"
+    p = run_cli("-m", "attention=cuda,sdpa", *FAST, f"hydra.sweep.dir={sweep}")
+    assert p.returncode == 0, p.stderr[-3000:]  # skipped is not failed
+    cuda, sdpa = results(sweep / "0"), results(sweep / "1")
+    assert cuda["status"] == "skipped" and "needs a CUDA GPU" in cuda["error"]["message"]
+    assert cuda["wandb"]["mode"] == "offline" and len(offline_runs(sweep / "0")) == 1  # W&B says so too
+    assert sdpa["status"] == "ok"
+    assert "1 ok, 0 failed, 1 skipped" in p.stdout
+
+
+def test_validate_task_on_cpu(tmp_path):
+    p = run_cli("task=validate", "logger=none", f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    table = results(tmp_path)["tables"]["validation"]
+    rows = {(r[0], r[1]): r for r in table["rows"]}
+    for backend in ("naive_loop", "naive softmax=torch", "sdpa"):
+        for dtype in ("float32", "bfloat16"):
+            assert rows[(backend, dtype)][-1] == "pass"
+    assert float(rows[("sdpa", "float32")][2]) < 1e-5
+    assert rows[("cuda v5", "float32")][-1].startswith("skipped: attention=cuda needs a CUDA GPU")

@@ -1,5 +1,4 @@
 """Every option of every config group composes; bad values fail at compose time naming the field."""
-from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
