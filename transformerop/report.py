@@ -3,20 +3,17 @@
     python -m transformerop.report outputs/multirun/<stamp> [more dirs] [--no-wandb] [--publish experiments/results]
     python -m transformerop.report --scorecard experiments/results --readme README.md
 
-One row per job (ok, failed and skipped alike, with the reason): the overrides that vary across
-the jobs, key metrics, and per timed region the median with its p25-p75 spread, the prediction
-and measured/predicted. `x_baseline` compares with the study's baseline row (`study.baseline`, an
-override string): of the rows holding that override, the one that agrees with the row on every
-other swept key. > 1 always means better than the baseline: baseline / row for times and losses,
-row / baseline for throughputs and accuracy. Jobs without timed regions (train) compare on their
-headline metric (time to target, exact match or val loss).
-
-Writes report.md, report.csv and report.png into the first dir; --publish DIR also writes
-DIR/<study>.md and DIR/<study>.png. Logs table and chart to a W&B run in the sweep's group
-(the sweep's mode, offline by default) unless --no-wandb, WANDB_MODE=disabled, W&B is not
-installed, or the sweep ran with logger=none. Each report.md carries its numbers as JSON in an
-HTML comment, so the README scorecard is generated from experiments/results/*.md.
-"""
+One row per job, failed and skipped ones with their reason: the overrides that vary, key metrics,
+and per timed region the median with its p25-p75 spread, the prediction and measured/predicted.
+`x_baseline` compares with the study's baseline row (`study.baseline`, an override string): of
+the ok rows holding that override, the one that agrees with the row on every other swept key.
+> 1 always means better: baseline / row for times and losses, row / baseline for throughputs and
+accuracy. Jobs with no timed region (train) compare on time to target, exact match or val loss.
+Writes report.md / .csv / .png into the first dir (--publish DIR: also DIR/<study>.md and .png)
+and logs table and chart to a W&B run in the sweep's group (the sweep's mode, offline by default)
+unless --no-wandb, WANDB_MODE=disabled, no wandb package, or the sweep ran with logger=none.
+report.md carries its numbers as JSON in an HTML comment: the README scorecard is generated from
+experiments/results/*.md, not typed."""
 import argparse
 import datetime
 import json
@@ -39,12 +36,15 @@ METRICS = {"params": None, "steps": None, "target_step": None, "time_to_target_s
            "ms_per_token": LOWER, "setup_s": None, "sync_over_one": None, "peak_memory_bytes": None,
            "wall_s": None}
 HEADLINES = ("time_to_target_s", "exact_match", "val_loss")  # for jobs with no timed region
+# Model-quality metrics mean something only for train jobs (elsewhere they come from a warm-up fit).
+TRAIN_ONLY = ("steps", "target_step", "time_to_target_s", "val_loss", "bits_per_char", "exact_match")
 # Tasks whose finding is a ratio inside each job rather than against the baseline row.
 WITHIN_JOB = {"profile": ("sync_over_one", "per-phase syncs vs one sync per step")}
 NOISE = 0.05  # ratios within 5% of 1 are called no difference
-RATIO_NOTE = ("x base: > 1 = better than the baseline row (baseline / row for times and losses, "
-              "row / baseline for throughputs and accuracy). ms: median (p25-p75) of the repeats. "
-              "meas/pred: measured / predicted (roofline + launch term), ! = flagged.")
+TIMING_KEYS = ("median_ms", "p25_ms", "p75_ms", "predicted_ms", "measured_over_predicted", "flagged")
+NOTE = ("x base: > 1 = better than the baseline row (baseline / row for times and losses, row / baseline "
+        "for throughputs and accuracy). ms: median (p25-p75) of the repeats. meas/pred: measured / "
+        "predicted (roofline + launch term), ! = flagged.")
 
 
 class ReportError(Exception):
@@ -52,17 +52,14 @@ class ReportError(Exception):
 
 
 # -- reading ---------------------------------------------------------------------------------------
-def natural(s) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(s))]
-
-
 def load_records(paths) -> list:
     """Every results.json under the paths (recursively), each tagged with its job label."""
     records = []
     for root in map(Path, paths):
         if not root.exists():
             raise ReportError(f"{root}: no such file or directory")
-        found = sorted(root.rglob(RESULTS), key=lambda p: natural(p.as_posix())) if root.is_dir() else [root]
+        natural = lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.as_posix())]  # noqa: E731
+        found = sorted(root.rglob(RESULTS), key=natural) if root.is_dir() else [root]
         for f in found:
             try:
                 r = json.loads(f.read_text())
@@ -85,7 +82,7 @@ def parse_overrides(items) -> dict:
 
 
 def norm(value):
-    """Override values compared as Hydra reads them: 'false' == 'False', '8' == '8'."""
+    """Override values compared as Hydra reads them ('false' == 'False')."""
     try:
         v = yaml.safe_load(str(value)) if value is not None else None
     except yaml.YAMLError:
@@ -111,49 +108,56 @@ def _holds(o: dict, pairs: dict) -> bool:
     return all(norm(o.get(k)) == norm(v) for k, v in pairs.items())
 
 
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 # -- the table -------------------------------------------------------------------------------------
-def _reason(r) -> str:
-    msg = str((r.get("error") or {}).get("message") or "").strip() if r.get("status") != "ok" else ""
-    return msg.splitlines()[0][:160] if msg else ""
-
-
-def _headline(records):
-    """(metric, direction) for jobs with no timed region, or None."""
-    for m in HEADLINES:
-        if any(m in (r.get("metrics") or {}) for r in records):
-            return m, METRICS[m]
-    if any(((r.get("config") or {}).get("train") or {}).get("target_loss") for r in records):
-        return "wall_s", LOWER  # time to target with no metric of its own: the job's wall clock
-    return None
-
-
 def _row(r, o, swept, names, single) -> dict:
-    row = {"job": r["_job"], "status": r.get("status", "failed"), "reason": _reason(r)}
+    msg = str((r.get("error") or {}).get("message") or "").strip() if r.get("status") != "ok" else ""
+    row = {"job": r["_job"], "status": r.get("status", "failed"), "reason": msg.splitlines()[0][:160] if msg else ""}
     row.update({names[k]: o.get(k, "") for k in swept})
     row["label"] = " ".join(f"{names[k]}={o.get(k, '-')}" for k in swept) or r["_job"]
     metrics = {**(r.get("metrics") or {}), "wall_s": r.get("wall_s")}
-    row.update({k: metrics.get(k) for k in METRICS})
+    row.update({k: metrics.get(k) for k in METRICS if r.get("task") == "train" or k not in TRAIN_ONLY})
     for name, t in (r.get("timings") or {}).items():
         p = "" if single else f"{name}_"
         row.update({"region": name} if single else {})
-        row.update({f"{p}{k}": t.get(k) for k in ("median_ms", "p25_ms", "p75_ms", "predicted_ms",
-                                                   "measured_over_predicted", "flagged")})
+        row.update({f"{p}{k}": t.get(k) for k in TIMING_KEYS})
     return row
 
 
+def _measures(records, regions, single, df) -> list:
+    """(column prefix, value column, direction) of every quantity that gets an x_baseline column."""
+    if single:
+        return [("", "median_ms", LOWER)]
+    if regions:
+        return [(f"{n}_", f"{n}_median_ms", LOWER) for n in regions]
+    for m in HEADLINES:
+        if m in df and df[m].notna().any():
+            return [(f"{m}_", m, METRICS[m])]
+    if any(((r.get("config") or {}).get("train") or {}).get("target_loss") for r in records):
+        return [("wall_s_", "wall_s", LOWER)]  # time to target with no metric of its own
+    return []
+
+
 def _baseline_index(i, records, ovs, swept):
-    """The row that row i is compared with: same study, holds the baseline override, agrees on
-    every other swept key and on the timed region, and is ok."""
-    pairs, r = _baseline_pairs(records[i]), records[i]
-    if not pairs:
-        return None
+    """The ok row of the same study that holds the baseline override and agrees with row i on
+    every other swept key and on the timed region."""
+    r, pairs = records[i], _baseline_pairs(records[i])
     others = [k for k in swept if k not in pairs]
     for j, (b, o) in enumerate(zip(records, ovs)):
-        if (_study(b).get("name") == _study(r).get("name") and b.get("status") == "ok" and _holds(o, pairs)
-                and all(norm(o.get(k)) == norm(ovs[i].get(k)) for k in others)
+        if (pairs and b.get("status") == "ok" and _study(b).get("name") == _study(r).get("name")
+                and _holds(o, pairs) and all(norm(o.get(k)) == norm(ovs[i].get(k)) for k in others)
                 and list(b.get("timings") or {})[:1] == list(r.get("timings") or {})[:1]):
             return j
     return None
+
+
+def _ratio(mine, theirs, direction) -> float:
+    if not (_num(mine) and _num(theirs)) or mine <= 0 or theirs <= 0:
+        return math.nan
+    return theirs / mine if direction == LOWER else mine / theirs
 
 
 def build(records) -> tuple:
@@ -165,139 +169,107 @@ def build(records) -> tuple:
     regions = list(dict.fromkeys(n for r in records for n in (r.get("timings") or {})))
     single = bool(regions) and all(len(r.get("timings") or {}) <= 1 for r in records)
     df = pd.DataFrame([_row(r, o, swept, names, single) for r, o in zip(records, ovs)])
-    df = df.drop(columns=[c for c in METRICS if df[c].isna().all()])
-    if single:
-        measures = [("", "median_ms", LOWER)]
-    elif regions:
-        measures = [(f"{n}_", f"{n}_median_ms", LOWER) for n in regions]
-    else:
-        head = _headline(records)
-        measures = [(f"{head[0]}_", head[0], head[1])] if head and head[0] in df else []
+    df = df.drop(columns=[c for c in METRICS if c in df and df[c].isna().all()])
+    measures = _measures(records, regions, single, df)
     base = [_baseline_index(i, records, ovs, swept) for i in range(len(records))]
     for prefix, col, direction in measures:
-        df[f"{prefix}x_baseline"] = [_ratio(df[col][i], df[col][b], direction)
-                                     if b is not None and records[i].get("status") == "ok" else math.nan
-                                     for i, b in enumerate(base)]
+        df[f"{prefix}x_baseline"] = [_ratio(df[col][i], df[col][b], direction) if b is not None and
+                                     records[i].get("status") == "ok" else math.nan for i, b in enumerate(base)]
     df["is_baseline"] = [bool(_baseline_pairs(r)) and _holds(o, _baseline_pairs(r)) for r, o in zip(records, ovs)]
-    common = {k: v for k, v in ovs[0].items() if k not in swept}
-    return df, {"swept": swept, "names": names, "common": common, "single": single, "regions": regions,
-                "measures": measures}
-
-
-def _ratio(mine, theirs, direction) -> float:
-    if not (_num(mine) and _num(theirs)) or mine <= 0 or theirs <= 0:
-        return math.nan
-    return theirs / mine if direction == LOWER else mine / theirs
-
-
-def _num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return df, {"swept": swept, "names": names, "common": {k: v for k, v in ovs[0].items() if k not in swept},
+                "single": single, "regions": regions, "measures": measures}
 
 
 # -- markdown --------------------------------------------------------------------------------------
 def fmt(v, col: str = "") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
-    if isinstance(v, bool):
-        return "yes" if v else ""
-    if not isinstance(v, (int, float)):
-        return str(v).replace("|", "\\|").replace("\n", " ")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return ("yes" if v else "") if isinstance(v, bool) else str(v).replace("|", "\\|").replace("\n", " ")
     if col.endswith("x_baseline"):
-        return f"{v:.2f}x"
-    if col == "params":
-        return f"{v / 1e6:.2f}M" if v >= 1e5 else f"{v:,}"
-    if col == "peak_memory_bytes":
-        return f"{v / 2**20:,.0f} MiB"
-    if col == "exact_match":
-        return f"{v:.1%}"
+        return f"{v:.2f}x" if v >= 0.1 else f"{v:.2g}x"
+    special = {"params": lambda: f"{v / 1e6:.2f}M" if v >= 1e5 else f"{v:,}",
+               "peak_memory_bytes": lambda: f"{v / 2**20:,.0f} MiB", "exact_match": lambda: f"{v:.1%}"}
+    if col in special:
+        return special[col]()
     return f"{v:,}" if isinstance(v, int) else f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
 def display(df, meta) -> pd.DataFrame:
     """The markdown view: median and spread in one cell, flags beside meas/pred, units."""
-    cols = ["job", "status"] + (["reason"] if df["reason"].any() else []) + list(meta["names"].values())
-    out = df[cols].copy()
-    for c in METRICS:
-        if c in df:
-            out[{"peak_memory_bytes": "peak mem"}.get(c, c)] = [fmt(v, c) for v in df[c]]
+    out = df[["job", "status", "reason", *meta["names"].values()]].copy()
+    for c in (c for c in METRICS if c in df):
+        out[{"peak_memory_bytes": "peak mem"}.get(c, c)] = [fmt(v, c) for v in df[c]]
     if meta["single"]:
         out["region"] = df["region"].fillna("")
-    groups = [""] if meta["single"] else [f"{n}_" for n in meta["regions"]]
-    for p in groups:
-        title = p.rstrip("_").replace("_", " ") + " " if p else ""
-        out[f"{title}ms (p25-p75)"] = [f"{fmt(m)} ({fmt(a)}-{fmt(b)})" if _num(m) else ""
-                                       for m, a, b in zip(df[f"{p}median_ms"], df[f"{p}p25_ms"], df[f"{p}p75_ms"])]
-        out[f"{title}pred ms"] = [fmt(v) for v in df[f"{p}predicted_ms"]]
-        out[f"{title}meas/pred"] = [fmt(v) + (" !" if f is True else "") for v, f in
-                                    zip(df[f"{p}measured_over_predicted"], df[f"{p}flagged"])]
-    for prefix, _, _ in meta["measures"]:
-        title = prefix.rstrip("_").replace("_", " ")
-        out[f"{title} x base".strip()] = [fmt(v, "x_baseline") + (" (base)" if b else "")
-                                          for v, b in zip(df[f"{prefix}x_baseline"], df["is_baseline"])]
+    for p in [""] if meta["single"] else [f"{n}_" for n in meta["regions"]]:
+        t = p.replace("_", " ")
+        out[f"{t}ms (p25-p75)"] = [f"{fmt(m)} ({fmt(a)}-{fmt(b)})" if _num(m) else "" for m, a, b in
+                                   zip(df[f"{p}median_ms"], df[f"{p}p25_ms"], df[f"{p}p75_ms"])]
+        out[f"{t}pred ms"] = [fmt(v) for v in df[f"{p}predicted_ms"]]
+        out[f"{t}meas/pred"] = [fmt(v) + (" !" if f is True else "")
+                                for v, f in zip(df[f"{p}measured_over_predicted"], df[f"{p}flagged"])]
+    for p, _, _ in meta["measures"]:
+        out[f"{p.replace('_', ' ')}x base"] = [fmt(v, "x_baseline") + (" (base)" if b else "")
+                                               for v, b in zip(df[f"{p}x_baseline"], df["is_baseline"])]
     return out.loc[:, [c for c in out if (out[c].astype(str) != "").any()]]
 
 
 def to_markdown(df) -> str:
-    cells = [[str(c) for c in df.columns]] + [[fmt(v) for v in row] for row in df.itertuples(index=False)]
-    lines = ["| " + " | ".join(r) + " |" for r in cells]
-    return "\n".join([lines[0], "|" + "---|" * len(df.columns)] + lines[1:])
+    rows = [list(map(str, df.columns))] + [[fmt(v) for v in row] for row in df.itertuples(index=False)]
+    lines = ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join([lines[0], "|" + "---|" * len(df.columns), *lines[1:]])
 
 
 def _facts(records, meta, paths) -> dict:
-    r0 = next((r for r in records if r.get("env")), records[0])
-    env, study = r0.get("env") or {}, next((_study(r) for r in records if _study(r).get("name")), {})
-    common = " ".join(f"{k}={v}" for k, v in meta["common"].items())
-    axes = "" if study.get("name") else " " + " ".join(
-        f"{k}={','.join(dict.fromkeys(str(parse_overrides(r.get('overrides')).get(k, '')) for r in records))}"
-        for k in meta["swept"])
-    counts = {s: sum(r.get("status") == s for r in records) for s in ("ok", "failed", "skipped")}
-    devices = sorted({(r.get("env") or {}).get("device_name") for r in records if r.get("env")} - {None})
-    return {"study": study.get("name") or "", "smoke": bool(study.get("smoke")),
-            "baseline": study.get("baseline") or "", "command": f"python run.py -m {common}{axes}".strip(),
-            "device": ", ".join(devices) or "unknown", "torch": env.get("torch"), "cuda": env.get("cuda"),
-            "triton": env.get("triton"), "git_sha": env.get("git_sha"),
-            "date": min((r.get("started") or "9999") for r in records)[:10],
-            "task": r0.get("task"), "sweep": " ".join(map(str, paths)), "counts": counts}
+    """Header facts; a study's command is its constant overrides (the axes live in its file)."""
+    env = next((r["env"] for r in records if r.get("env")), {})
+    study = next((_study(r) for r in records if _study(r).get("name")), {})
+    ovs = [parse_overrides(r.get("overrides")) for r in records]
+    axes = [] if study.get("name") else [f"{k}={','.join(dict.fromkeys(str(o.get(k, '')) for o in ovs))}"
+                                         for k in meta["swept"]]
+    devices = sorted({(r.get("env") or {}).get("device_name") for r in records} - {None})
+    return {"study": study.get("name") or "", "smoke": bool(study.get("smoke")), "baseline": study.get("baseline") or "",
+            "command": " ".join(["python run.py -m", *(f"{k}={v}" for k, v in meta["common"].items()), *axes]),
+            "device": ", ".join(devices) or "unknown", "cuda": env.get("cuda"), "torch": env.get("torch"),
+            "triton": env.get("triton"), "git_sha": env.get("git_sha"), "task": records[0].get("task"),
+            "date": min((r.get("started") or "9999") for r in records)[:10], "sweep": " ".join(map(str, paths)),
+            "counts": {s: sum(r.get("status") == s for r in records) for s in ("ok", "failed", "skipped")}}
 
 
 def markdown(df, meta, facts, image: str) -> str:
-    c = facts["counts"]
-    head = [("study", f"{facts['study'] or '-'}" + (" (smoke: CPU-sized)" if facts["smoke"] else "")),
-            ("baseline", f"`{facts['baseline']}`" if facts["baseline"] else "none (no x base column)"),
-            ("command", f"`{facts['command']}`"), ("device", facts["device"] + (f" (cuda {facts['cuda']})" if facts["cuda"] else "")),
-            ("torch", f"{facts['torch']} (triton {facts['triton']})"),
-            ("date", f"{facts['date']} (git {facts['git_sha']})"), ("sweep", f"`{facts['sweep']}`"),
-            ("jobs", f"{sum(c.values())}: {c['ok']} ok, {c['failed']} failed, {c['skipped']} skipped")]
-    rows = df.astype(object).where(df.notna(), None).to_dict("records")
-    data = {**facts, "measures": [{"prefix": p, "column": col, "direction": d} for p, col, d in meta["measures"]],
-            "within": WITHIN_JOB.get(facts["task"]), "rows": rows}
-    return "\n".join([f"# {facts['study'] or 'Sweep'} report", "", "| | |", "|---|---|",
-                      *[f"| {k} | {v} |" for k, v in head], "", RATIO_NOTE, "",
-                      to_markdown(display(df, meta)), "", f"![chart]({image})", "",
-                      "<!-- report-data", json.dumps(data, default=str), "-->", ""])
+    f, c = facts, facts["counts"]
+    head = {"study": (f["study"] or "-") + (" (smoke: CPU-sized)" if f["smoke"] else ""),
+            "baseline": f"`{f['baseline']}`" if f["baseline"] else "none", "command": f"`{f['command']}`",
+            "device": f["device"] + (f" (cuda {f['cuda']})" if f["cuda"] else ""),
+            "torch": f"{f['torch']} (triton {f['triton']})", "date": f"{f['date']} (git {f['git_sha']})",
+            "sweep": f"`{f['sweep']}`",
+            "jobs": f"{sum(c.values())}: {c['ok']} ok, {c['failed']} failed, {c['skipped']} skipped"}
+    data = {**f, "names": meta["names"], "within": WITHIN_JOB.get(f["task"]),
+            "measures": [{"prefix": p, "column": col, "direction": d} for p, col, d in meta["measures"]],
+            "rows": df.astype(object).where(df.notna(), None).to_dict("records")}
+    return "\n".join([f"# {f['study'] or 'Sweep'} report", "", "| | |", "|---|---|",
+                      *[f"| {k} | {v} |" for k, v in head.items()], "", NOTE, "", to_markdown(display(df, meta)),
+                      "", f"![chart]({image})", "", "<!-- report-data", json.dumps(data, default=str), "-->", ""])
 
 
 # -- chart -----------------------------------------------------------------------------------------
-def _bar_panel(ax, df, rows, p: str, title: str) -> None:
-    med, lo, hi = df[f"{p}median_ms"][rows], df[f"{p}p25_ms"][rows], df[f"{p}p75_ms"][rows]
-    err = [(med - lo).clip(lower=0).fillna(0), (hi - med).clip(lower=0).fillna(0)]
-    colors = ["0.6" if b else "C0" for b in df["is_baseline"][rows]]
-    x = range(len(med))
-    ax.bar(x, med, yerr=err, capsize=3, color=colors)
-    ax.set_xticks(list(x), df["label"][rows], rotation=35, ha="right", fontsize=7)
-    ax.set_ylabel("ms (median, p25-p75)")
-    ax.set_title(title + " (grey = baseline)", fontsize=9)
-    if med.min() > 0 and med.max() / med.min() > 30:
-        ax.set_yscale("log")
+def _bars(ax, df, rows, p: str, title: str) -> None:
+    med, lo, hi = (df[f"{p}{k}"][rows] for k in ("median_ms", "p25_ms", "p75_ms"))
+    x = list(range(len(med)))
+    ax.bar(x, med, yerr=[(med - lo).clip(lower=0).fillna(0), (hi - med).clip(lower=0).fillna(0)], capsize=3,
+           color=["0.6" if b else "C0" for b in df["is_baseline"][rows]])
+    ax.set_xticks(x, df["label"][rows], rotation=35, ha="right", fontsize=7)
+    ax.set(ylabel="ms (median, p25-p75)", yscale="log" if med.min() > 0 and med.max() / med.min() > 30 else "linear")
+    ax.set_title(f"{title} (grey = baseline)", fontsize=9)
 
 
-def _curve_panel(ax, df, records) -> None:
+def _curves(ax, df, records) -> None:
     for label, r in zip(df["label"], records):
-        pts = [(h["step"], h["val_loss"]) for h in r.get("history") or [] if "val_loss" in h and h.get("step") is not None]
+        pts = [(h["step"], h["val_loss"]) for h in r.get("history") or [] if h.get("step") is not None and "val_loss" in h]
         if pts:
             ax.plot(*zip(*pts), marker=".", label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("val loss")
+    ax.set(xlabel="step", ylabel="val loss")
     ax.set_title("loss curves", fontsize=9)
     ax.legend(fontsize=7)
 
@@ -314,9 +286,10 @@ def chart(df, meta, records, path: Path, title: str) -> None:
         p = "" if meta["single"] else f"{n}_"
         rows = ok & df[f"{p}median_ms"].notna() & ((df["region"] == n) if meta["single"] else True)
         if rows.any():
-            panels.append(lambda ax, rows=rows, p=p, n=n: _bar_panel(ax, df, rows, p, n))
-    if any("val_loss" in h for r, good in zip(records, ok) if good for h in r.get("history") or []):
-        panels.append(lambda ax: _curve_panel(ax, df, [r if g else {} for r, g in zip(records, ok)]))
+            panels.append(lambda ax, rows=rows, p=p, n=n: _bars(ax, df, rows, p, n))
+    good = [r if g else {} for r, g in zip(records, ok)]
+    if any("val_loss" in h for r in good for h in r.get("history") or []):
+        panels.append(lambda ax: _curves(ax, df, good))
     ncols = 1 if len(panels) <= 1 else 2
     nrows = max(1, math.ceil(len(panels) / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.2 * nrows), squeeze=False)
@@ -332,10 +305,10 @@ def chart(df, meta, records, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-# -- W&B -------------------------------------------------------------------------------------------
+# -- W&B and the whole report ----------------------------------------------------------------------
 def log_wandb(df, png: Path, md: Path, records, out_dir: Path, facts) -> str:
     """One W&B run in the sweep's group with the table and the chart. Never fails the report."""
-    logger = ((records[0].get("config") or {}).get("logger") or {})
+    logger = (records[0].get("config") or {}).get("logger") or {}
     mode = os.environ.get("WANDB_MODE") or logger.get("mode") or "offline"
     if mode == "disabled" or logger.get("name") == "none":
         return "W&B: off (the sweep ran with logger=none or W&B disabled)"
@@ -350,8 +323,8 @@ def log_wandb(df, png: Path, md: Path, records, out_dir: Path, facts) -> str:
                          entity=logger.get("entity"), group=group, job_type="report", name=f"{group}/report",
                          dir=str(out_dir), mode=mode, config=facts, reinit="create_new",
                          settings=wandb.Settings(console="off", x_disable_stats=True))
-        table = df.astype(object).where(df.notna(), None).astype(str)
-        run.log({"report": wandb.Table(dataframe=table), "report_chart": wandb.Image(str(png))})
+        table = wandb.Table(dataframe=df.astype(object).where(df.notna(), None).astype(str))
+        run.log({"report": table, "report_chart": wandb.Image(str(png))})
         run.save(str(md), base_path=str(out_dir), policy="now")
         run.finish()
         return f"W&B ({mode}): run {run.id} in group {group} under {out_dir / 'wandb'}"
@@ -359,9 +332,8 @@ def log_wandb(df, png: Path, md: Path, records, out_dir: Path, facts) -> str:
         return f"W&B: logging failed ({type(e).__name__}: {e}); the local report is complete"
 
 
-# -- the report ------------------------------------------------------------------------------------
 def report(paths, use_wandb: bool = True, publish=None) -> dict:
-    """Build and write the report for the sweep dir(s); returns paths, the table and the facts."""
+    """Build and write the report of the sweep dir(s); returns the files, table and facts."""
     paths = [Path(p) for p in paths]
     if not paths:
         raise ReportError("give at least one sweep dir")
@@ -370,8 +342,7 @@ def report(paths, use_wandb: bool = True, publish=None) -> dict:
     facts = _facts(records, meta, paths)
     out = paths[0] if paths[0].is_dir() else paths[0].parent
     md, csv, png = out / "report.md", out / "report.csv", out / "report.png"
-    title = f"{facts['study'] or out.name} on {facts['device']}" + (" (smoke)" if facts["smoke"] else "")
-    chart(df, meta, records, png, title)
+    chart(df, meta, records, png, f"{facts['study'] or out.name} on {facts['device']}" + " (smoke)" * facts["smoke"])
     df.to_csv(csv, index=False)
     md.write_text(markdown(df, meta, facts, png.name))
     if publish and facts["study"]:
@@ -386,20 +357,18 @@ def report(paths, use_wandb: bool = True, publish=None) -> dict:
 
 # -- scorecard -------------------------------------------------------------------------------------
 def _entries(data) -> list:
-    """(label, ratio, note) for each ok non-baseline row: against the baseline, or within the job."""
+    """(label, ratio, note) per ok non-baseline row: against the baseline, or within the job."""
     rows = [r for r in data["rows"] if r["status"] == "ok"]
     if data.get("within"):
-        metric = data["within"][0]
-        return [(r["label"], r[metric], "") for r in rows if _num(r.get(metric))]
-    out, many = [], len(data["measures"]) > 1
+        return [(r["label"], r[data["within"][0]], "") for r in rows if _num(r.get(data["within"][0]))]
+    out = []
     for m in data["measures"]:
-        col, ratio_col = m["column"], f"{m['prefix']}x_baseline"
-        base = next((r for r in rows if r["is_baseline"] and _num(r.get(col))), None)
-        for r in rows:
-            if not r["is_baseline"] and _num(r.get(ratio_col)):
-                note = "" if col.endswith("median_ms") or base is None else \
-                    f" ({col} {fmt(base[col], col)} -> {fmt(r[col], col)})"
-                out.append((r["label"] + (f" {m['prefix'].rstrip('_')}" if many else ""), r[ratio_col], note))
+        col, tag = m["column"], f" {m['prefix'].rstrip('_')}" if len(data["measures"]) > 1 else ""
+        for r in (r for r in rows if not r["is_baseline"] and _num(r.get(f"{m['prefix']}x_baseline"))):
+            x = r[f"{m['prefix']}x_baseline"]
+            base = r[col] * x if m["direction"] == LOWER else r[col] / x  # the ratio gives the baseline back
+            note = "" if col.endswith("median_ms") else f" ({col} {fmt(base, col)} -> {fmt(r[col], col)})"
+            out.append((r["label"] + tag, x, note))
     return out
 
 
@@ -410,23 +379,23 @@ def _verdict(entries, within: bool) -> str:
     if within:
         return f"syncs inflate the step by up to {best[1] - 1:.0%}" if best[1] >= 1 + NOISE else "no distortion beyond 5%"
     wins, losses = best[1] >= 1 + NOISE, worst[1] <= 1 - NOISE
-    if wins and losses:
-        return f"depends: best {best[0]} {best[1]:.2f}x, worst {worst[0]} {worst[1]:.2f}x"
     if wins:
-        return f"better than baseline everywhere: best {best[0]} {best[1]:.2f}x"
+        return (f"depends: best {best[0]} {best[1]:.2f}x, worst {worst[0]} {worst[1]:.2f}x" if losses
+                else f"better than baseline everywhere: best {best[0]} {best[1]:.2f}x")
     return "baseline stays best" if losses else "no difference beyond 5%"
 
 
 def scorecard_line(data, link: str) -> str:
     entries = _entries(data)
-    shown = entries if len(entries) <= 6 else sorted(entries, key=lambda e: -e[1])[:3] + \
-        [("...", None, "")] + sorted(entries, key=lambda e: -e[1])[-2:]
-    measured = "; ".join(label if r is None else f"{label}: {r:.2f}x{note}" for label, r, note in shown) or "-"
-    pairs = parse_overrides(data["baseline"].split())
-    changed = {k: list(dict.fromkeys(str(r.get(short_names(list(pairs))[k], "")) for r in data["rows"]
-                                     if not r["is_baseline"])) for k in pairs}
-    change = data["within"][1] if data.get("within") else \
-        "; ".join(f"{k}={', '.join(v)}" for k, v in changed.items()) + f" vs `{data['baseline']}`"
+    ranked = sorted(entries, key=lambda e: -e[1])
+    shown = entries if len(entries) <= 6 else ranked[:3] + [("...", None, "")] + ranked[-2:]
+    measured = "; ".join(lab if r is None else f"{lab}: {r:.2f}x{note}" for lab, r, note in shown) or "-"
+    names = data.get("names") or {}
+    tried = {k: list(dict.fromkeys(str(r.get(names.get(k), "")) for r in data["rows"] if not r["is_baseline"]))
+             for k in parse_overrides(data["baseline"].split())}
+    change = data["within"][1] if data.get("within") else "; ".join(
+        f"{k}={', '.join(v)}" for k, v in tried.items() if k in names) or "only the baseline ran"
+    change += "" if data.get("within") else f" vs `{data['baseline']}`"
     study = f"[{data['study']}]({link})" + (" (smoke)" if data.get("smoke") else "")
     return f"| {study} | {change} | {measured} | {_verdict(entries, bool(data.get('within')))} | {data['device']} |"
 
@@ -435,23 +404,18 @@ def scorecard(results_dir) -> str:
     """The README scorecard block, one line per study, from the report data in <results_dir>/*.md."""
     d = Path(results_dir)
     if not d.is_dir():
-        raise ReportError(f"{d}: no such directory (it holds one report.md per study)")
-    lines = []
-    for f in sorted(d.glob("*.md")):
-        m = DATA_RE.search(f.read_text())
-        if m:
-            lines.append(scorecard_line(json.loads(m.group(1)), f.as_posix()))
+        raise ReportError(f"{d}: no such directory (it holds one report per study)")
+    found = [(f, DATA_RE.search(f.read_text())) for f in sorted(d.glob("*.md"))]
+    lines = [scorecard_line(json.loads(m.group(1)), f.as_posix()) for f, m in found if m]
     if not lines:
-        raise ReportError(f"no study reports in {d}: publish one with "
-                          f"`python -m transformerop.report <sweep dir> --publish {d}`")
+        raise ReportError(f"no study reports in {d}: `python -m transformerop.report <sweep dir> --publish {d}`")
     return "\n".join(["| study | change | measured (x baseline, > 1 = better) | verdict | device |",
-                      "|---|---|---|---|---|", *lines, "",
-                      f"Generated by `python -m transformerop.report --scorecard {d.as_posix()} --readme README.md` "
-                      f"on {datetime.date.today()} from the report data in each file."])
+                      "|---|---|---|---|---|", *lines, "", f"Generated on {datetime.date.today()} by "
+                      f"`python -m transformerop.report --scorecard {d.as_posix()} --readme README.md`."])
 
 
 def update_readme(readme, block: str) -> bool:
-    """Rewrite only the text between the scorecard markers; False if the markers are absent."""
+    """Rewrite only the text between the scorecard markers; False if they are absent."""
     path = Path(readme)
     text = path.read_text() if path.exists() else ""
     start, end = text.find(SCORE_START), text.find(SCORE_END)
@@ -466,20 +430,19 @@ def main(argv=None) -> int:
     p.add_argument("paths", nargs="*", help="sweep dirs (outputs/multirun/<stamp>), searched recursively")
     p.add_argument("--no-wandb", action="store_true", help="do not log the report to W&B")
     p.add_argument("--publish", metavar="DIR", help="also write DIR/<study>.md and .png (experiments/results)")
-    p.add_argument("--scorecard", metavar="DIR", help="build the README scorecard from DIR/*.md")
-    p.add_argument("--readme", metavar="FILE", help="with --scorecard: rewrite FILE's scorecard block")
+    p.add_argument("--scorecard", metavar="DIR", help="print the README scorecard built from DIR/*.md")
+    p.add_argument("--readme", metavar="FILE", help="with --scorecard: rewrite FILE's scorecard block instead")
     a = p.parse_args(argv)
     try:
         if a.scorecard:
             block = scorecard(a.scorecard)
             if a.readme and update_readme(a.readme, block):
-                print(f"updated the scorecard in {a.readme}")
+                print(f"updated the scorecard block in {a.readme}")
             else:
-                print((f"{a.readme}: no {SCORE_START} ... {SCORE_END} markers; the block:\n" if a.readme else "")
-                      + block)
+                print(f"{a.readme}: no {SCORE_START} / {SCORE_END} markers; the block:\n" * bool(a.readme) + block)
             return 0
         if not a.paths:
-            raise ReportError("give a sweep dir (python -m transformerop.report outputs/multirun/<stamp>)")
+            raise ReportError("give a sweep dir: python -m transformerop.report outputs/multirun/<stamp>")
         out = report(a.paths, use_wandb=not a.no_wandb, publish=a.publish)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)

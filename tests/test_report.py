@@ -1,0 +1,162 @@
+"""The comparison report on hand-made results.json files: ratios against the baseline row, failed
+and skipped rows, the chart, errors for empty dirs, W&B offline, the scorecard and the README block."""
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, run_cli
+from transformerop import report as R
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ENV = {"device_name": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0", "cuda": "13.0", "git_sha": "abc1234"}
+
+
+def timing(median, spread=0.1, predicted=None):
+    return {"median_ms": median, "p25_ms": median - spread, "p75_ms": median + spread, "repeats": 20,
+            "predicted_ms": predicted, "measured_over_predicted": median / predicted if predicted else None,
+            "flagged": False}
+
+
+def job(sweep, num, overrides, study=("demo", "decode=recompute"), status="ok", timings=None, metrics=None,
+        history=None, error=None, logger="none", task="bench"):
+    d = sweep / str(num)
+    d.mkdir(parents=True)
+    record = {"status": status, "error": {"type": "RuntimeError", "message": error, "traceback": ""} if error else None,
+              "task": task, "overrides": ["experiment=" + study[0], *overrides],
+              "study": {"name": study[0], "baseline": study[1], "smoke": False}, "tags": [],
+              "config": {"logger": {"name": logger, "mode": "offline", "project": "transformerop-test"},
+                         "train": {"target_loss": None}},
+              "metrics": metrics or {}, "timings": timings or {}, "tables": {}, "history": history or [],
+              "env": ENV, "wandb": {"mode": "off"}, "job_dir": str(d), "started": "2026-11-30T12:00:00", "wall_s": 1.5}
+    (d / "results.json").write_text(json.dumps(record))
+
+
+@pytest.fixture
+def decode_sweep(tmp_path):
+    """decode x size with one failed and one skipped job; the baseline is decode=recompute."""
+    sweep = tmp_path / "2026-11-30_12-00-00"
+    medians = {("recompute", "small"): 10.0, ("kv_cache", "small"): 8.0, ("recompute", "big"): 40.0,
+               ("kv_cache", "big"): 10.0}
+    n = 0
+    for (dec, size), ms in medians.items():
+        job(sweep, n, [f"decode={dec}", f"experiment/regime={size}"], timings={"generate": timing(ms, 0.5, ms / 2)},
+            metrics={"tok_per_s": 1000 / ms})
+        n += 1
+    job(sweep, n, ["decode=static_graph", "experiment/regime=small"], status="skipped",
+        error="decode=static_graph needs CUDA (CUDA graphs)\nsecond line")
+    job(sweep, n + 1, ["decode=static", "experiment/regime=small"], status="failed", error="boom: planted failure")
+    return sweep
+
+
+def test_table_ratios_reasons_and_files(decode_sweep):
+    out = R.report([decode_sweep], use_wandb=False)
+    df = pd.read_csv(out["csv"])
+    assert len(df) == 6 and list(df["job"].astype(str)) == [str(i) for i in range(6)]
+    by = {(r.decode, r.regime): r for r in df.itertuples()}
+    # times: baseline median / row median, matched on the other swept key (regime)
+    assert by["kv_cache", "small"].x_baseline == pytest.approx(10.0 / 8.0)
+    assert by["kv_cache", "big"].x_baseline == pytest.approx(40.0 / 10.0)
+    assert by["recompute", "big"].x_baseline == pytest.approx(1.0) and by["recompute", "big"].is_baseline
+    assert by["kv_cache", "small"].measured_over_predicted == pytest.approx(2.0)
+    assert by["static_graph", "small"].status == "skipped"
+    assert by["static_graph", "small"].reason == "decode=static_graph needs CUDA (CUDA graphs)"
+    assert by["static", "small"].status == "failed" and "planted failure" in by["static", "small"].reason
+    assert math.isnan(by["static", "small"].x_baseline)
+    md = out["md"].read_text()
+    for needle in ("# demo report", "NVIDIA H200", "2.11.0", "2026-11-30", "`python run.py -m experiment=demo`",
+                   "`decode=recompute`", "planted failure", "baseline / row for times", "1.25x", "4.00x"):
+        assert needle in md, needle
+    data = json.loads(R.DATA_RE.search(md).group(1))
+    assert data["study"] == "demo" and len(data["rows"]) == 6
+    png = out["png"].read_bytes()
+    assert png[:8] == PNG_MAGIC and len(png) > 1000
+
+
+def test_throughput_accuracy_ratio_is_row_over_baseline(tmp_path):
+    sweep = tmp_path / "s"
+    for i, (seed, em) in enumerate([(1337, 0.8), (2, 0.9)]):
+        job(sweep, i, [f"seed={seed}"], study=("addition", "seed=1337"), task="train",
+            metrics={"exact_match": em, "val_loss": 1.0 + i, "params": 101888},
+            history=[{"step": s, "val_loss": 2.0 - s / 10} for s in (0, 5, 10)])
+    df, meta = R.build(R.load_records([sweep]))
+    assert meta["measures"] == [("exact_match_", "exact_match", R.HIGHER)]
+    assert df["exact_match_x_baseline"].tolist() == pytest.approx([1.0, 0.9 / 0.8])
+    out = R.report([sweep], use_wandb=False)
+    assert "0.10M" in out["md"].read_text() and out["png"].read_bytes()[:8] == PNG_MAGIC
+
+
+def test_multi_region_jobs_get_a_ratio_per_region(tmp_path):
+    sweep = tmp_path / "s"
+    for i, (backend, fwd, bwd) in enumerate([("sdpa", 1.0, 4.0), ("cuda_v5", 0.5, 8.0)]):
+        job(sweep, i, [f"experiment/backend={backend}"], study=("ak", "experiment/backend=sdpa"),
+            timings={"attention_fwd": timing(fwd, 0.01), "attention_fwd_bwd": timing(bwd, 0.01)})
+    df, _ = R.build(R.load_records([sweep]))
+    assert df["attention_fwd_x_baseline"].tolist() == pytest.approx([1.0, 2.0])
+    assert df["attention_fwd_bwd_x_baseline"].tolist() == pytest.approx([1.0, 0.5])
+    line = R.scorecard_line(json.loads(R.DATA_RE.search(R.report([sweep], use_wandb=False)["md"].read_text())
+                                       .group(1)), "ak.md")
+    assert "backend=cuda_v5 attention_fwd: 2.00x" in line and "depends" in line
+
+
+def test_empty_or_missing_dir_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    for path in (tmp_path / "empty", tmp_path / "missing"):
+        assert R.main([str(path), "--no-wandb"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and len(err.splitlines()) == 1 and str(path) in err
+    p = subprocess.run([sys.executable, "-m", "transformerop.report", str(tmp_path / "missing")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.strip() == f"error: {tmp_path / 'missing'}: no such file or directory"
+
+
+def test_wandb_offline_run_in_the_sweep_group(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    sweep = tmp_path / "sweep"
+    for i, dec in enumerate(("recompute", "kv_cache")):
+        job(sweep, i, [f"decode={dec}"], timings={"generate": timing(10.0 - i)}, logger="wandb")
+    out = R.report([sweep])
+    assert out["wandb"].startswith("W&B (offline)") and "group demo/sweep" in out["wandb"], out["wandb"]
+    assert len(list((sweep / "wandb").glob("offline-run-*"))) == 1
+    assert R.report([sweep], use_wandb=False)["wandb"] == "W&B: off (--no-wandb)"
+
+
+def test_scorecard_generated_into_the_readme_block(decode_sweep, tmp_path, capsys):
+    results = tmp_path / "results"
+    R.report([decode_sweep], use_wandb=False, publish=results)
+    assert (results / "demo.md").exists() and (results / "demo.png").read_bytes()[:8] == PNG_MAGIC
+    block = R.scorecard(results)
+    lines = [line for line in block.splitlines() if line.startswith("| [")]
+    assert len(lines) == 1 and "[demo](" in lines[0] and "decode=kv_cache, static_graph, static vs" in lines[0]
+    assert "4.00x" in lines[0] and "better than baseline everywhere" in lines[0]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\nbefore\n{R.SCORE_START}\nold table\n{R.SCORE_END}\nafter\n")
+    assert R.main(["--scorecard", str(results), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert text.startswith(f"# Title\nbefore\n{R.SCORE_START}\n") and text.endswith(f"{R.SCORE_END}\nafter\n")
+    assert "old table" not in text and lines[0] in text
+    plain = tmp_path / "PLAIN.md"
+    plain.write_text("no markers here\n")
+    capsys.readouterr()
+    assert R.main(["--scorecard", str(results), "--readme", str(plain)]) == 0
+    assert plain.read_text() == "no markers here\n" and lines[0] in capsys.readouterr().out
+    assert R.main(["--scorecard", str(tmp_path / "nowhere")]) == 2
+
+
+def test_report_task_reads_the_sweep_from_the_environment(decode_sweep, tmp_path):
+    job = tmp_path / "job"
+    p = run_cli("task=report", "logger=none", f"hydra.run.dir={job}",
+                env={"TRANSFORMEROP_REPORT_PATH": str(decode_sweep)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads((job / "results.json").read_text())
+    assert r["status"] == "ok" and r["metrics"]["report_jobs"] == 6 and r["metrics"]["report_failed"] == 1
+    assert len(r["tables"]["report"]["rows"]) == 6 and (decode_sweep / "report.md").exists()
+    assert (job / "report.png").read_bytes()[:8] == PNG_MAGIC
+    p = run_cli("task=report", "logger=none", f"hydra.run.dir={tmp_path / 'bad'}",
+                env={"TRANSFORMEROP_REPORT_PATH": str(tmp_path / "missing")})
+    assert p.returncode == 2 and "TRANSFORMEROP_REPORT_PATH: no such directory" in p.stderr
