@@ -10,6 +10,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from transformerop import report as R
+from transformerop import scorecard as S
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ENV = {"device_name": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0", "cuda": "13.0", "git_sha": "abc1234"}
@@ -97,7 +98,7 @@ def test_multi_region_jobs_get_a_ratio_per_region(tmp_path):
     df, _ = R.build(R.load_records([sweep]))
     assert df["attention_fwd_x_baseline"].tolist() == pytest.approx([1.0, 2.0])
     assert df["attention_fwd_bwd_x_baseline"].tolist() == pytest.approx([1.0, 0.5])
-    line = R.scorecard_line(json.loads(R.DATA_RE.search(R.report([sweep], use_wandb=False)["md"].read_text())
+    line = S.scorecard_line(json.loads(R.DATA_RE.search(R.report([sweep], use_wandb=False)["md"].read_text())
                                        .group(1)), "ak.md")
     assert "backend=cuda_v5 attention_fwd: 2.00x" in line and "depends" in line
 
@@ -130,7 +131,7 @@ def test_scorecard_generated_into_the_readme_block(decode_sweep, tmp_path, capsy
     results = tmp_path / "results"
     R.report([decode_sweep], use_wandb=False, publish=results)
     assert (results / "demo.md").exists() and (results / "demo.png").read_bytes()[:8] == PNG_MAGIC
-    block = R.scorecard(results)
+    block = S.scorecard(results)
     lines = [line for line in block.splitlines() if line.startswith("| [")]
     assert len(lines) == 1 and "[demo](" in lines[0] and "decode=kv_cache, static_graph, static vs" in lines[0]
     assert "4.00x" in lines[0] and "better than baseline everywhere" in lines[0]
@@ -148,7 +149,7 @@ def test_scorecard_generated_into_the_readme_block(decode_sweep, tmp_path, capsy
     assert R.main(["--scorecard", str(tmp_path / "nowhere")]) == 2
 
 
-def test_report_task_reads_the_sweep_from_the_environment(decode_sweep, tmp_path):
+def test_report_task_reads_the_sweep_from_config_or_environment(decode_sweep, tmp_path):
     job = tmp_path / "job"
     p = run_cli("task=report", "logger=none", f"hydra.run.dir={job}",
                 env={"TRANSFORMEROP_REPORT_PATH": str(decode_sweep)})
@@ -159,4 +160,6 @@ def test_report_task_reads_the_sweep_from_the_environment(decode_sweep, tmp_path
     assert (job / "report.png").read_bytes()[:8] == PNG_MAGIC
     p = run_cli("task=report", "logger=none", f"hydra.run.dir={tmp_path / 'bad'}",
                 env={"TRANSFORMEROP_REPORT_PATH": str(tmp_path / "missing")})
-    assert p.returncode == 2 and "TRANSFORMEROP_REPORT_PATH: no such directory" in p.stderr
+    assert p.returncode == 2 and "report.path: no such directory" in p.stderr
+    p = run_cli("task=report", "logger=none", f"report.path={decode_sweep}", f"hydra.run.dir={tmp_path / 'cfg'}")
+    assert p.returncode == 0 and json.loads((tmp_path / "cfg" / "results.json").read_text())["metrics"]["report_jobs"] == 6

@@ -110,6 +110,11 @@ class LoggerConfig:
 
 
 @dataclass
+class ReportConfig:
+    path: Optional[str] = None  # task=report: sweep dir(s), os.pathsep-separated; None = newest sweep
+
+
+@dataclass
 class StudyConfig:
     name: str = ""  # the experiment this job belongs to
     baseline: str = ""  # override string of the row the report divides by, e.g. "decode=recompute"
@@ -128,23 +133,32 @@ class Config:
     bench: BenchConfig = field(default_factory=BenchConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     study: StudyConfig = field(default_factory=StudyConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
     device: str = "auto"  # auto: cuda, else mps, else cpu
     seed: int = 1337
     rerun: bool = False  # a relaunched sweep skips jobs whose results.json says ok unless true
     tags: List[str] = field(default_factory=list)
 
 
+def _start_time(pid) -> float | None:
+    """When process `pid` started (Linux /proc), in seconds since the epoch."""
+    try:
+        ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def launch_time() -> float:
+    """This process's start: time-to-target clocks count from here, imports included."""
+    return _start_time("self") or time.time()
+
+
 def run_stamp() -> str:
     """The run dir's time stamp. Under torchrun every rank must name the same dir, so ranks use
     the start time of their common parent (the torchrun agent) instead of their own clock."""
-    when = time.time()
-    if "LOCAL_RANK" in os.environ:
-        try:
-            ticks = int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()[19])
-            boot = next(int(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
-            when = boot + ticks / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError, StopIteration):
-            pass
+    when = (_start_time(os.getppid()) if "LOCAL_RANK" in os.environ else None) or time.time()
     return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(when))
 
 

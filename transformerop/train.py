@@ -10,6 +10,7 @@ import torch
 from tqdm import tqdm
 
 from . import checkpoint, distributed
+from .config import launch_time
 from .runtime import autocast, sync
 
 LOG_EVERY = 10  # steps between the (one) host sync that reads losses back
@@ -169,14 +170,16 @@ class Trainer:
         last = {}
         self.model.train()
         t_log, step_log = time.perf_counter(), start
-        reached = None
+        reached, eval_s = None, 0.0
         for step in range(start, t.max_iters + 1):
             self.step = step
             if step % t.eval_interval == 0 or step == t.max_iters:
                 if step > start or start == 0:
                     if step > start:
                         self._check_losses(step)
+                    t_eval = time.perf_counter()
                     last = self.evaluate()
+                    eval_s += time.perf_counter() - t_eval
                     if last["val_loss"] < self.best_val:
                         self.best_val = last["val_loss"]
                         self.best_step = step
@@ -189,7 +192,8 @@ class Trainer:
                         self.save()
                     t_log, step_log = time.perf_counter(), step  # eval time stays out of the step time
                     if t.target_loss is not None and last["val_loss"] <= t.target_loss and reached is None:
-                        reached = step
+                        reached = step  # wall clock from process launch: imports, compile, evals included
+                        self.time_to_target_s = time.time() - launch_time()
                         break
             if step == t.max_iters:
                 break
@@ -209,5 +213,8 @@ class Trainer:
         bar.close()
         self.step = t.max_iters if reached is None else reached
         self.save()
-        return {**last, "steps": self.step, "best_val_loss": self.best_val, "best_step": self.best_step,
-                **({"target_step": reached} if reached is not None else {})}
+        out = {**last, "steps": self.step, "best_val_loss": self.best_val, "best_step": self.best_step,
+               "eval_s": eval_s}
+        if reached is not None:
+            out.update(target_step=reached, time_to_target_s=self.time_to_target_s)
+        return out

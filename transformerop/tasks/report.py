@@ -1,11 +1,11 @@
 """task=report: the comparison report (transformerop.report) as a Hydra job.
 
-Which sweep: the config has no field for it, so the job reads the environment variable
-TRANSFORMEROP_REPORT_PATH (one dir, or several joined by os.pathsep), else takes the newest dir
-under outputs/multirun (relative to where run.py is launched, as Hydra writes it):
+Which sweep: `report.path` (one dir, or several joined by os.pathsep), else the environment
+variable TRANSFORMEROP_REPORT_PATH, else the newest dir under outputs/multirun (relative to where
+run.py is launched, as Hydra writes it):
 
     python run.py task=report                                            # the latest sweep
-    TRANSFORMEROP_REPORT_PATH=outputs/multirun/<stamp> python run.py task=report
+    python run.py task=report report.path=outputs/multirun/<stamp>
 
 report.md / report.csv / report.png land in the sweep dir as with `python -m transformerop.report`;
 the table goes to this job's W&B run and results.json tables, report.md and report.png are copied
@@ -21,9 +21,10 @@ ENV = "TRANSFORMEROP_REPORT_PATH"
 SWEEPS = Path("outputs") / "multirun"
 
 
-def sweep_paths() -> list:
-    if os.environ.get(ENV):
-        return [Path(p) for p in os.environ[ENV].split(os.pathsep) if p]
+def sweep_paths(cfg=None) -> list:
+    given = (cfg.report.path if cfg is not None else None) or os.environ.get(ENV)
+    if given:
+        return [Path(p) for p in given.split(os.pathsep) if p]
     dirs = [d for d in SWEEPS.glob("*") if d.is_dir()] if SWEEPS.is_dir() else []
     if not dirs:
         raise ValueError(f"task=report: set {ENV}=<sweep dir>, or run a sweep first (no dirs under {SWEEPS})")
@@ -31,14 +32,14 @@ def sweep_paths() -> list:
 
 
 def check(cfg, device) -> None:
-    missing = [str(p) for p in sweep_paths() if not p.exists()]
+    missing = [str(p) for p in sweep_paths(cfg) if not p.exists()]
     if missing:
-        raise ValueError(f"{ENV}: no such directory {', '.join(missing)}")
+        raise ValueError(f"report.path: no such directory {', '.join(missing)}")
 
 
 def run(cfg) -> dict:
     tracker = tracking.current()
-    paths = sweep_paths()
+    paths = sweep_paths(cfg)
     try:
         out = report(paths, use_wandb=False)
     except ReportError as e:
