@@ -50,6 +50,7 @@ class AttentionConfig:
 @dataclass
 class DecodeConfig:
     name: str = "kv_cache"  # recompute | kv_cache | static | static_graph | compiled
+    keep: Optional[int] = None  # past block_size: re-prefill the last `keep` tokens (None: block_size // 2)
 
 
 @dataclass

@@ -78,7 +78,7 @@ def correctness_gate(model, dec, prompt, cfg, device) -> dict:
     while the tokens agree (same context); fp32 must agree on every token, bf16 may diverge at a
     near-tie but its logits on the shared prefix must be within tolerance."""
     n = min(GATE_TOKENS, cfg.generate.tokens)
-    ref = Decoder(model, "recompute", dec.B, dec.total, dec.temperature, dec.top_k)
+    ref = Decoder(model, "recompute", dec.B, dec.total, dec.temperature, dec.top_k, dec.keep)
     runs = []
     for d in (ref, dec):
         logits = []
@@ -114,7 +114,7 @@ def run(cfg) -> dict:
     prompt = torch.tensor([encode_prompt(tokenizer, g.prompt)], device=device).repeat(g.batch_size, 1)
 
     skips = cudagraph_skips()
-    dec = Decoder(model, path, g.batch_size, prompt.size(1) + g.tokens, g.temperature, g.top_k)
+    dec = Decoder(model, path, g.batch_size, prompt.size(1) + g.tokens, g.temperature, g.top_k, cfg.decode.keep)
     metrics.update(correctness_gate(model, dec, prompt, cfg, device))
 
     # the text (this first full run also meets every window length: eager per-shape set-up costs
