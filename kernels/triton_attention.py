@@ -67,23 +67,36 @@ _NOSPEC = ["T_Q", "T_K", "TQ_KEY", "TK_KEY"]
 
 
 @triton.jit
+def _load_kv(K, V, cols, skt, svt, offs_d, T_K, MASK: tl.constexpr):
+    """One (BLOCK_N, D) tile of K and of V; rows past T_K read as 0 on ragged tiles."""
+    if MASK:
+        kv_ok = (cols < T_K)[:, None]
+        k = tl.load(K + cols[:, None] * skt + offs_d[None, :], mask=kv_ok, other=0.0)
+        v = tl.load(V + cols[:, None] * svt + offs_d[None, :], mask=kv_ok, other=0.0)
+    else:
+        k = tl.load(K + cols[:, None] * skt + offs_d[None, :])
+        v = tl.load(V + cols[:, None] * svt + offs_d[None, :])
+    return k, v
+
+
+@triton.jit
+def _visible(rows, cols, off, T_K, CAUSAL: tl.constexpr):
+    """(BLOCK_M, BLOCK_N): key exists and, when causal, is not after the query (bottom-right)."""
+    ok = cols[None, :] < T_K
+    if CAUSAL:
+        ok = ok & (cols[None, :] <= rows[:, None] + off)
+    return ok
+
+
+@triton.jit
 def _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
                MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, BLOCK_N: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        if MASK:  # ragged or diagonal tile
-            kv_ok = (cols < T_K)[:, None]
-            k = tl.load(K + cols[:, None] * skt + offs_d[None, :], mask=kv_ok, other=0.0)
-            v = tl.load(V + cols[:, None] * svt + offs_d[None, :], mask=kv_ok, other=0.0)
-        else:
-            k = tl.load(K + cols[:, None] * skt + offs_d[None, :])
-            v = tl.load(V + cols[:, None] * svt + offs_d[None, :])
+        k, v = _load_kv(K, V, cols, skt, svt, offs_d, T_K, MASK)
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
-        if MASK:
-            ok = cols[None, :] < T_K
-            if CAUSAL:
-                ok = ok & (cols[None, :] <= rows[:, None] + off)
-            s = tl.where(ok, s, float("-inf"))
+        if MASK:  # ragged or diagonal tile
+            s = tl.where(_visible(rows, cols, off, T_K, CAUSAL), s, float("-inf"))
         # online softmax: m_i is finite after the first tile, since every row sees key 0
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.exp2(s - m_new[:, None])
@@ -160,19 +173,10 @@ def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_
               MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, BLOCK_N: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
-        if MASK:
-            kv_ok = (cols < T_K)[:, None]
-            k = tl.load(K + cols[:, None] * skt + offs_d[None, :], mask=kv_ok, other=0.0)
-            v = tl.load(V + cols[:, None] * svt + offs_d[None, :], mask=kv_ok, other=0.0)
-        else:
-            k = tl.load(K + cols[:, None] * skt + offs_d[None, :])
-            v = tl.load(V + cols[:, None] * svt + offs_d[None, :])
+        k, v = _load_kv(K, V, cols, skt, svt, offs_d, T_K, MASK)
         p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale - lse[:, None])
         if MASK:
-            ok = cols[None, :] < T_K
-            if CAUSAL:
-                ok = ok & (cols[None, :] <= rows[:, None] + off)
-            p = tl.where(ok, p, 0.0)
+            p = tl.where(_visible(rows, cols, off, T_K, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PREC)
