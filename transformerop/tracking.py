@@ -11,6 +11,10 @@ from omegaconf import OmegaConf
 
 RESULTS = "results.json"
 _current = None
+# A W&B service inherited from a parent process (one that used wandb, then launched us) keeps the
+# stream of a job killed by SIGKILL open forever, so the job's resume would be refused ("run ID
+# in use"): every process starts its own service instead.
+os.environ.pop("WANDB_SERVICE", None)
 
 
 def current() -> "Tracker":
@@ -56,20 +60,12 @@ class Tracker:
         run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]
         id_file.write_text(run_id)
         os.environ.setdefault("WANDB_SILENT", "true")
-        kwargs = dict(
+        self.run = wandb.init(
             project=lc.project, entity=lc.entity, group=self.group, job_type=self.task, tags=self.tags,
             name=f"{self.group}/{self.job_dir.name}", id=run_id, resume="allow", dir=str(self.job_dir),
             mode=lc.mode, config=OmegaConf.to_container(self.cfg, resolve=True), reinit="create_new",
             settings=wandb.Settings(console="off", x_disable_stats=True),
         )
-        for attempt in range(30):
-            try:
-                self.run = wandb.init(**kwargs)
-                break
-            except Exception as e:  # a run killed a moment ago may still hold its id: wait, then resume it
-                if "in use" not in str(e) or attempt == 29:
-                    raise
-                time.sleep(1.0)
         for key, how in (("val_loss", "min"), ("train_loss", "min"), ("exact_match", "max"),
                          ("bits_per_char", "min"), ("tok_per_s", "max")):
             self.run.define_metric(key, summary=how)
