@@ -75,3 +75,14 @@ def test_validate_task_on_cpu(tmp_path):
             assert rows[(backend, dtype)][-1] == "pass"
     assert float(rows[("sdpa", "float32")][2]) < 1e-5
     assert rows[("cuda v5", "float32")][-1].startswith("skipped: attention=cuda needs a CUDA GPU")
+
+
+def test_missing_data_file_fails_with_the_path_and_a_record(tmp_path):
+    run_dir, cache = tmp_path / "run", tmp_path / "empty_cache"
+    p = run_cli("data=shakespeare", f"data.cache_dir={cache}", "data.url=file:///nonexistent/input.txt",
+                "logger=none", f"hydra.run.dir={run_dir}")
+    assert p.returncode == 1
+    assert "Put the file (sha256 86c4e6aa" in p.stderr and str(cache / "tinyshakespeare.txt") in p.stderr
+    r = results(run_dir)
+    assert r["status"] == "failed" and r["error"]["type"] == "DataError"
+    assert r["metrics"]["peak_memory_bytes"] > 0 and not (run_dir / "ckpt.pt").exists()

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from . import distributed, tracking
-from .runtime import env_info, pick_device
+from .runtime import env_info, peak_memory_bytes, pick_device
 
 TASKS = ("train", "generate", "bench", "profile", "validate", "calibrate", "predict", "report")
 
@@ -126,6 +126,8 @@ def run_job(cfg) -> dict | None:
         if isinstance(e, torch.OutOfMemoryError):
             gc.collect()
             torch.cuda.empty_cache()
+    if "peak_memory_bytes" not in tracker.metrics:  # failed jobs report it too (OOM hunting)
+        tracker.set(peak_memory_bytes=peak_memory_bytes(device or torch.device("cpu")))
     record = tracker.finish(status, error, env_info(device or torch.device("cpu")))
     distributed.shutdown()
     if error:
