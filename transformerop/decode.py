@@ -31,12 +31,14 @@ not be matched by a cache). Re-prefill runs eagerly (also on the graph paths): o
 Bigram models have no blocks and ignore caches and positions: every path is correct for them
 (their next token depends on the last token only), so all five paths are allowed.
 """
+import os
 import time
 
 import torch
 
-PATHS = ("recompute", "kv_cache", "static", "static_graph", "compiled")
-MASKED_PATHS = ("static", "static_graph", "compiled")  # attend under an explicit validity mask
+PATHS = ("recompute", "kv_cache", "static", "static_graph", "compiled", "fused")
+MASKED_PATHS = ("static", "static_graph", "compiled", "fused")  # attend under an explicit validity mask (prefill)
+GRAPHED = ("static_graph", "fused")  # one decode step captured in a CUDA graph when on CUDA
 # Backends known to refuse an explicit mask, for backends that do not declare `accepts_mask`.
 _MASKLESS = ("cuda", "triton")
 WARMUP_STEPS = 3
@@ -52,6 +54,11 @@ def check(cfg, device) -> None:
         raise ValueError(f"decode.name={path!r}: choose one of {list(PATHS)}")
     if path == "static_graph" and torch.device(device).type != "cuda":
         raise BackendUnavailable("decode=static_graph needs CUDA (CUDA graphs); use decode=static or compiled here")
+    if path == "fused":
+        if torch.device(device).type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            raise BackendUnavailable("decode=fused needs CUDA for its Triton kernels (or TRITON_INTERPRET=1, slowly)")
+        if cfg.model.name != "gpt":
+            raise ValueError(f"decode=fused fuses GPT blocks; model={cfg.model.name} has none: use decode=static")
     if cfg.model.name == "bigram" or path == "recompute":
         return
     backend = get_backend(cfg.attention.name)
@@ -172,8 +179,41 @@ class StaticRunner(DynamicRunner):
         return [self.pos, self.slots, *self.k, *self.v]
 
 
+class FusedRunner(StaticRunner):
+    """decode=fused: the static cache, prefilled by the model itself, then each new token through
+    kernels/triton_decode.py (5 kernels a layer) into fixed buffers a CUDA graph can replay."""
+
+    def __init__(self, model, batch_size):
+        super().__init__(model, batch_size)
+        from kernels import triton_decode  # Triton loads only when this path is chosen
+        self.kern = triton_decode
+        C, dt, dev = model.cfg.n_embd, next(model.parameters()).dtype, model_device(model)
+        self.x = torch.zeros(batch_size, C, device=dev, dtype=dt)  # the residual stream
+        self.x2 = torch.zeros_like(self.x)
+        self.qkv = torch.zeros(batch_size, 3 * C, device=dev, dtype=dt)
+        self.y = torch.zeros_like(self.x)
+        self.h = torch.zeros(batch_size, 4 * C, device=dev, dtype=dt)
+        self.logits = torch.zeros(batch_size, model.vocab_size, device=dev, dtype=dt)
+
+    def forward_token(self, token):
+        m, k = self.model, self.kern
+        if token.size(1) != 1:  # a prefill-sized chunk goes through the model
+            return super().forward_token(token)
+        torch.add(m.wte(token[:, 0]), m.wpe(self.pos), out=self.x)
+        for i, blk in enumerate(m.blocks):
+            a, f = blk.attn, blk.mlp
+            k.ln_matvec(self.x, a.c_attn.weight, self.qkv, ln=blk.ln_1, bias=a.c_attn.bias)
+            k.attn_decode(self.qkv, self.k[i], self.v[i], self.pos, self.y, a.scale)
+            k.ln_matvec(self.y, a.c_proj.weight, self.x2, bias=a.c_proj.bias, resid=self.x)
+            k.ln_matvec(self.x2, f.c_fc.weight, self.h, ln=blk.ln_2, bias=f.c_fc.bias, gelu=True)
+            k.ln_matvec(self.h, f.c_proj.weight, self.x, bias=f.c_proj.bias, resid=self.x2)
+        k.ln_matvec(self.x, m.lm_head.weight, self.logits, ln=m.ln_f)
+        self.pos += 1
+        return self.logits
+
+
 RUNNERS = {"recompute": Recompute, "kv_cache": DynamicRunner, "static": StaticRunner,
-           "static_graph": StaticRunner, "compiled": StaticRunner}
+           "static_graph": StaticRunner, "compiled": StaticRunner, "fused": FusedRunner}
 
 
 def model_device(model):
@@ -206,11 +246,11 @@ class Decoder:
         self.setup_s = 0.0
         start = time.perf_counter()
         with torch.no_grad():  # as in __call__: a grad-mode change would recompile / re-capture
-            if path == "static_graph":
+            if path in GRAPHED and device.type == "cuda":
                 self._capture()
             elif path == "compiled":
                 self._compile()
-        if path in ("static_graph", "compiled"):
+        if path in GRAPHED or path == "compiled":
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             self.setup_s = time.perf_counter() - start
