@@ -75,6 +75,9 @@ def test_validate_task_on_cpu(tmp_path):
             assert rows[(backend, dtype)][-1] == "pass"
     assert float(rows[("sdpa", "float32")][2]) < 1e-5
     assert rows[("cuda v5", "float32")][-1].startswith("skipped: attention=cuda needs a CUDA GPU")
+    for path in ("kv_cache", "static", "compiled"):  # decode paths vs recompute: same tokens
+        assert rows[(f"decode={path}", "float32")][-1] == "pass"
+    assert rows[("decode=fused", "float32")][-1].startswith("skipped: decode=fused needs CUDA")
 
 
 def test_missing_data_file_fails_with_the_path_and_a_record(tmp_path):

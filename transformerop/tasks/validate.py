@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from .. import tracking
 from ..measure.reference import reference_attend, rel_err
-from ..model import BACKENDS, BackendUnavailable, get_backend
+from ..model import BACKENDS, BackendUnavailable, build_model, get_backend
 from ..runtime import pick_device
 
 # (B, H, T, D): the seed shape, then T = 1, 7, 64, 255, 256 with odd batches, head dims 32 and 64.
@@ -82,7 +82,7 @@ def run(cfg) -> dict:
     device = pick_device(cfg.device)
     shapes = SHAPES if device.type == "cuda" else CPU_SHAPES
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    rows, n_fail = [], 0
+    rows = []
     for label, acfg in variants(cfg):
         for dtype_name in ("float32", "bfloat16"):
             reason = None
@@ -110,17 +110,48 @@ def run(cfg) -> dict:
             worst_f, worst_b = max(_badness(e[0]) for e in errs), max(_badness(e[1]) for e in errs)
             worst_shape = worst[2]
             ok = worst_f <= tol and worst_b <= tol
-            n_fail += not ok
             rows.append([label, dtype_name, f"{worst_f:.2e}", f"{worst_b:.2e}", f"{tol:g}", str(worst_shape),
                          "pass" if ok else "FAIL"])
+    rows += _decode_rows(cfg, device)
+    n_fail = sum(r[-1] == "FAIL" for r in rows)
     cols = ["backend", "dtype", "fwd max rel err", "bwd max rel err", "tolerance", "worst shape", "result"]
     _print_table(cols, rows)
     tracker.table("validation", cols, rows)
-    n_pass = sum(r[-1] == "pass" for r in rows)
+    n_pass = sum(r[-1] == "pass" for r in rows)  # attention rows, then decode paths
     n_skip = sum(r[-1].startswith("skipped") for r in rows)
     if n_fail:
         raise AssertionError(f"{n_fail} backend/dtype rows failed validation (see the table)")
     return {"validated_pass": n_pass, "validated_fail": n_fail, "validated_skipped": n_skip}
+
+
+def _decode_rows(cfg, device) -> list:
+    """Every decode path against recompute on a random GPT, greedy fp32, past block_size: the
+    tokens must be identical and the logits equal within 1e-4 (relative)."""
+    from ..decode import PATHS, Decoder, check
+    mcfg = OmegaConf.merge(cfg, {"model": {"name": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 64,
+                                           "block_size": 32, "dropout": 0.0}, "attention": {"name": "sdpa"},
+                                 "train": {"dtype": "float32"}})
+    torch.manual_seed(cfg.seed)
+    model = build_model(mcfg, 65).to(device).eval()
+    prompt = torch.randint(65, (3, 5), device=device)
+    runs, rows = {}, []
+    for path in PATHS:
+        try:
+            check(OmegaConf.merge(mcfg, {"decode": {"name": path}}), device)
+        except (BackendUnavailable, ValueError) as e:
+            rows.append([f"decode={path}", "float32", "-", "-", "-", "-", f"skipped: {str(e).splitlines()[0]}"])
+            continue
+        logits = []
+        out = Decoder(model, path, 3, 5 + 70, temperature=0)(prompt, on_logits=lambda i, x: logits.append(x.clone()))
+        runs[path] = (out.clone(), torch.stack(logits))
+        if path == "recompute":
+            continue
+        (ref_tok, ref_log), (tok, log) = runs["recompute"], runs[path]
+        err = rel_err(log, ref_log)
+        ok = torch.equal(tok, ref_tok) and err <= 1e-4
+        rows.append([f"decode={path}", "float32", f"{err:.2e}", "-", "1e-4, same tokens", "(3, 5+70, W=32)",
+                     "pass" if ok else "FAIL"])
+    return rows
 
 
 def _badness(err) -> float:
