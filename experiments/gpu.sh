@@ -19,7 +19,7 @@ case "$stage" in
     $py run.py task=validate logger=none hydra.run.dir=outputs/gpu_validate 2>&1 | log ;;
   decode)  # issue 4: every decode path, 500 tokens, batch 1, the seed GPT (untrained weights)
     for dt in bfloat16 float32; do
-      $py run.py -m task=generate decode=recompute,kv_cache,static,static_graph,compiled data=shakespeare \
+      $py run.py -m task=generate decode=recompute,kv_cache,static,static_graph,compiled,fused data=shakespeare \
         model=gpt train.max_iters=0 train.eval_iters=1 train.checkpoint=false generate.tokens=500 \
         generate.batch_size=1 generate.repeats=3 train.dtype=$dt train.progress=false logger=none \
         hydra.sweep.dir=outputs/gpu_decode_$dt 2>&1 | log
