@@ -69,6 +69,7 @@ class TrainConfig:
     eval_iters: int = 200
     dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
     compile: bool = False
+    cuda_graph: bool = False  # capture the whole train step in one CUDA graph (CUDA, grad_accum 1, 1 rank)
     resume: Any = True  # true: latest checkpoint in the run dir; false; or a checkpoint path
     checkpoint: bool = True
     sample_tokens: int = 200  # text: characters sampled at the end

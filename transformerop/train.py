@@ -34,7 +34,18 @@ def build_optimizer(model, t, device):
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda")
+    graphed = bool(t.get("cuda_graph", False))  # a captured step reads lr from a device tensor
+    lr = torch.tensor(t.lr, device=device) if graphed else t.lr
+    return torch.optim.AdamW(groups, lr=lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda",
+                             capturable=graphed)
+
+
+def set_lr(opt, lr: float) -> None:
+    for g in opt.param_groups:
+        if torch.is_tensor(g["lr"]):
+            g["lr"].fill_(lr)  # in place: a captured optimizer step reads this tensor
+        else:
+            g["lr"] = lr
 
 
 @torch.no_grad()
@@ -88,6 +99,10 @@ class Trainer:
             self.model = DDP(self.model, device_ids=[device.index] if device.type == "cuda" else None)
         if self.t.compile:
             self.model = torch.compile(self.model)
+        self.graphed = None
+        if self.t.cuda_graph:
+            from .graphed import GraphedStep
+            self.graphed = GraphedStep(self)
 
     # -- checkpoints ---------------------------------------------------------
     def state(self) -> dict:
@@ -136,8 +151,9 @@ class Trainer:
 
     def train_step(self, step: int):
         t = self.t
-        for g in self.opt.param_groups:
-            g["lr"] = lr_at(step, t)
+        set_lr(self.opt, lr_at(step, t))
+        if self.graphed is not None:
+            return self.graphed(step)
         for micro in range(t.grad_accum):
             x, y = self.data.batch("train", t.batch_size, self.gen)
             _plant_slow_path(t.slow_path, x, self.device)

@@ -28,6 +28,14 @@ def resume_path(cfg, job_dir: Path):
 
 
 def check(cfg, device):
+    t = cfg.train
+    if t.cuda_graph:
+        from ..model import BackendUnavailable
+        if device.type != "cuda":
+            raise BackendUnavailable("train.cuda_graph=true needs CUDA (it captures the step in a CUDA graph)")
+        if t.grad_accum != 1 or distributed.world_size() > 1 or t.slow_path != "none":
+            raise ValueError("train.cuda_graph=true captures one plain step: needs train.grad_accum=1, "
+                             "a single process and train.slow_path=none")
     r = cfg.train.resume
     if isinstance(r, str) and r.lower() not in ("true", "false", "yes", "no", "none", "") and not Path(r).is_file():
         raise ValueError(f"train.resume={r}: no such checkpoint file")
