@@ -34,23 +34,16 @@ def validate(cfg) -> None:
     """Every check that needs no data and no device work. Raises ConfigError or BackendUnavailable."""
     from .model import validate_model_config, get_backend
     from .runtime import torch_dtype
-    mod = task_module(cfg.task.name)
-    try:
+    try:  # a ValueError anywhere here is a config that cannot work
+        mod = task_module(cfg.task.name)
         validate_model_config(cfg)
         torch_dtype(cfg.train.dtype)
         device = pick_device(cfg.device)
-        backend = get_backend(cfg.attention.name)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    try:
-        backend.check(cfg, device)  # may raise BackendUnavailable (-> skipped)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if hasattr(mod, "check"):
-        try:
+        get_backend(cfg.attention.name).check(cfg, device)  # may raise BackendUnavailable (-> skipped)
+        if hasattr(mod, "check"):
             mod.check(cfg, device)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _attention_backward(cfg) -> str:

@@ -14,17 +14,24 @@ from ..measure.predict import flag_line, judge, predict_train_step
 from ..train import LOG_EVERY, Trainer
 
 
-def resume_path(cfg, job_dir: Path):
-    r = cfg.train.resume
-    if r is False or r is None or (isinstance(r, str) and r.lower() in ("false", "no", "none", "")):
+def _resume_setting(r):
+    """train.resume -> None (start fresh), "latest" (this run dir's checkpoint) or a file Path."""
+    if r is None or r is False or (isinstance(r, str) and r.lower() in ("false", "no", "none", "")):
         return None
     if r is True or (isinstance(r, str) and r.lower() in ("true", "yes")):
-        ckpt = job_dir / "ckpt.pt"
-        return ckpt if ckpt.exists() else None
+        return "latest"
     path = Path(str(r)).expanduser()
     if not path.is_file():
-        raise FileNotFoundError(f"train.resume={r}: no such checkpoint file")
+        raise ValueError(f"train.resume={r}: no such checkpoint file")
     return path
+
+
+def resume_path(cfg, job_dir: Path):
+    setting = _resume_setting(cfg.train.resume)
+    if setting == "latest":
+        ckpt = job_dir / "ckpt.pt"
+        return ckpt if ckpt.exists() else None
+    return setting
 
 
 def check(cfg, device):
@@ -36,9 +43,7 @@ def check(cfg, device):
         if t.grad_accum != 1 or distributed.world_size() > 1 or t.slow_path != "none":
             raise ValueError("train.cuda_graph=true captures one plain step: needs train.grad_accum=1, "
                              "a single process and train.slow_path=none")
-    r = cfg.train.resume
-    if isinstance(r, str) and r.lower() not in ("true", "false", "yes", "no", "none", "") and not Path(r).is_file():
-        raise ValueError(f"train.resume={r}: no such checkpoint file")
+    _resume_setting(t.resume)
 
 
 def train_model(cfg, device, tracker):
