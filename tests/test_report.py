@@ -23,12 +23,12 @@ def timing(median, spread=0.1, predicted=None):
 
 
 def job(sweep, num, overrides, study=("demo", "decode=recompute"), status="ok", timings=None, metrics=None,
-        history=None, error=None, logger="none", task="bench"):
+        history=None, error=None, logger="none", task="bench", goals=()):
     d = sweep / str(num)
     d.mkdir(parents=True)
     record = {"status": status, "error": {"type": "RuntimeError", "message": error, "traceback": ""} if error else None,
               "task": task, "overrides": ["experiment=" + study[0], *overrides],
-              "study": {"name": study[0], "baseline": study[1], "smoke": False}, "tags": [],
+              "study": {"name": study[0], "baseline": study[1], "smoke": False, "goals": list(goals)}, "tags": [],
               "config": {"logger": {"name": logger, "mode": "offline", "project": "transformerop-test"},
                          "train": {"target_loss": None}},
               "metrics": metrics or {}, "timings": timings or {}, "tables": {}, "history": history or [],
@@ -101,6 +101,38 @@ def test_multi_region_jobs_get_a_ratio_per_region(tmp_path):
     line = S.scorecard_line(json.loads(R.DATA_RE.search(R.report([sweep], use_wandb=False)["md"].read_text())
                                        .group(1)), "ak.md")
     assert "backend=cuda_v5 attention_fwd: 2.00x" in line and "depends" in line
+
+
+def test_train_jobs_compare_on_their_outcome_not_their_step_time(tmp_path):
+    sweep = tmp_path / "s"
+    for i, (model, loss, ms) in enumerate([("bigram", 2.5, 1.0), ("gpt", 1.5, 30.0)]):
+        job(sweep, i, [f"model={model}"], study=("quality", "model=bigram"), task="train",
+            metrics={"val_loss": loss}, timings={"train_step": timing(ms)})
+    df, meta = R.build(R.load_records([sweep]))
+    assert meta["measures"] == [("val_loss_", "val_loss", R.LOWER)]
+    assert df["val_loss_x_baseline"].tolist() == pytest.approx([1.0, 2.5 / 1.5])
+
+
+def test_goals_set_the_best_matching_row_beside_the_reference(tmp_path):
+    goals = [{"what": "decode bf16", "metric": "tok_per_s", "reference": 4944, "goal": 20000},
+             {"what": "graph over recompute", "metric": "median_ms", "where": "decode=static_graph",
+              "reference": 4.2, "goal_x_baseline": 4.2},
+             {"what": "any cache, fast", "metric": "median_ms", "exclude": ["decode=recompute"], "goal": 5.0},
+             {"what": "nothing ran", "metric": "tok_per_s", "where": "decode=fused", "goal": 1.0}]
+    sweep = tmp_path / "s"
+    for i, (dec, ms) in enumerate([("recompute", 2.0), ("static_graph", 0.25), ("compiled", 0.04)]):
+        job(sweep, i, [f"decode={dec}"], study=("decode_speed", "decode=recompute"), goals=goals,
+            timings={"generate": timing(ms, 0.01)}, metrics={"tok_per_s": 1000 / ms})
+    md = R.report([sweep], use_wandb=False)["md"].read_text()
+    lines = {ln.split(" | ")[0].lstrip("| "): ln for ln in md.splitlines() if ln.startswith("| ")}
+    assert "## Against the references" in md
+    assert "| 4,944 | >= 20,000 | 25,000 tok_per_s | decode=compiled | met |" in lines["decode bf16"]
+    assert "| 4.2 | 4.2x baseline | 8.00x (0.25 median_ms) | decode=static_graph | met |" in lines["graph over recompute"]
+    assert "| 0.04 median_ms | decode=compiled | met |" in lines["any cache, fast"]
+    assert "| not measured |" in lines["nothing ran"]
+    goals[0]["goal"] = 50000  # 25,000 / 50,000: half of it is missing
+    (sweep / "0" / "results.json").write_text((sweep / "0" / "results.json").read_text().replace("20000", "50000"))
+    assert "| decode=compiled | missed by 50% |" in R.report([sweep], use_wandb=False)["md"].read_text()
 
 
 def test_empty_or_missing_dir_is_a_clear_error(tmp_path, capsys):

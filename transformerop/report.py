@@ -128,9 +128,10 @@ def _row(r, o, swept, names, single) -> dict:
 
 def _measures(records, regions, single, df) -> list:
     """(column prefix, value column, direction) of every quantity that gets an x_baseline column."""
-    if single:
+    train = any(r.get("task") == "train" for r in records)  # a train job is judged on its outcome, not step time
+    if single and not train:
         return [("", "median_ms", LOWER)]
-    if regions:
+    if regions and not train:
         return [(f"{n}_", f"{n}_median_ms", LOWER) for n in regions]
     for m in HEADLINES:
         if m in df and df[m].notna().any():
@@ -236,7 +237,7 @@ def _facts(records, meta, paths) -> dict:
             "counts": {s: sum(r.get("status") == s for r in records) for s in ("ok", "failed", "skipped")}}
 
 
-def markdown(df, meta, facts, image: str) -> str:
+def markdown(df, meta, facts, image: str, extra=()) -> str:
     f, c = facts, facts["counts"]
     head = {"study": (f["study"] or "-") + (" (smoke: CPU-sized)" if f["smoke"] else ""),
             "baseline": f"`{f['baseline']}`" if f["baseline"] else "none", "command": f"`{f['command']}`",
@@ -249,7 +250,7 @@ def markdown(df, meta, facts, image: str) -> str:
             "rows": df.astype(object).where(df.notna(), None).to_dict("records")}
     return "\n".join([f"# {f['study'] or 'Sweep'} report", "", "| | |", "|---|---|",
                       *[f"| {k} | {v} |" for k, v in head.items()], "", NOTE, "", to_markdown(display(df, meta)),
-                      "", f"![chart]({image})", "", "<!-- report-data", json.dumps(data, default=str), "-->", ""])
+                      "", *extra, f"![chart]({image})", "", "<!-- report-data", json.dumps(data, default=str), "-->", ""])
 
 
 # -- chart -----------------------------------------------------------------------------------------
@@ -343,12 +344,14 @@ def report(paths, use_wandb: bool = True, publish=None) -> dict:
     md, csv, png = out / "report.md", out / "report.csv", out / "report.png"
     chart(df, meta, records, png, f"{facts['study'] or out.name} on {facts['device']}" + " (smoke)" * facts["smoke"])
     df.to_csv(csv, index=False)
-    md.write_text(markdown(df, meta, facts, png.name))
+    from .goals import section  # outside references to beat, where the study names them
+    extra = section(next((_study(r)["goals"] for r in records if _study(r).get("goals")), []), df, records)
+    md.write_text(markdown(df, meta, facts, png.name, extra))
     if publish and facts["study"]:
         pub = Path(publish)
         pub.mkdir(parents=True, exist_ok=True)
         (pub / f"{facts['study']}.png").write_bytes(png.read_bytes())
-        (pub / f"{facts['study']}.md").write_text(markdown(df, meta, facts, f"{facts['study']}.png"))
+        (pub / f"{facts['study']}.md").write_text(markdown(df, meta, facts, f"{facts['study']}.png", extra))
     wb = log_wandb(df, png, md, records, out, facts) if use_wandb else "W&B: off (--no-wandb)"
     return {"df": df, "meta": meta, "facts": facts, "md": md, "csv": csv, "png": png, "wandb": wb,
             "table": display(df, meta)}

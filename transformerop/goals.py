@@ -1,0 +1,62 @@
+"""Outside numbers to beat (a study's `study.goals`), set beside ours in the study's report.
+
+Each goal names a report column (`metric`), the rows it is about (`where`: override strings, any
+of them may match, empty = every ok row; `exclude`: rows to leave out, such as the baseline), the outside `reference` and either an absolute `goal` or
+`goal_x_baseline` (a ratio against the study's own baseline row). Ours is the best matching row, so
+a goal is judged on what the tool can do, and the table says which row that was and by how much a
+miss misses.
+"""
+import math
+
+from .report import LOWER, METRICS, _holds, _num, fmt, parse_overrides
+
+
+def _direction(g, metric: str) -> str:
+    return g.get("direction") or METRICS.get(metric) or (LOWER if metric.endswith(("_ms", "_s")) else "higher")
+
+
+def _any(o: dict, where) -> bool:
+    where = [where] if isinstance(where, str) else list(where or [])
+    return any(_holds(o, parse_overrides(w.split())) for w in where)
+
+
+def _matches(o: dict, g) -> bool:
+    """`where`: any entry holds (each entry: overrides that must all hold); `exclude`: none holds."""
+    return (not g.get("where") or _any(o, g["where"])) and not _any(o, g.get("exclude"))
+
+
+def judge(g, df, records) -> dict:
+    """One goal against the report table: the best matching ok row, its value and the verdict."""
+    metric = g["metric"]
+    col = metric.replace("median_ms", "x_baseline") if g.get("goal_x_baseline") else metric
+    lower = _direction(g, metric) == LOWER and not g.get("goal_x_baseline")
+    rows = [i for i, r in enumerate(records) if r.get("status") == "ok" and col in df
+            and _num(df[col][i]) and _matches(parse_overrides(r.get("overrides")), g)]
+    out = {"what": g.get("what", metric), "reference": g.get("reference"), "note": g.get("note", "")}
+    target = g.get("goal_x_baseline") or g.get("goal")
+    if not rows:
+        return {**out, "ours": None, "row": "no ok row", "verdict": "not measured"}
+    best = (min if lower else max)(rows, key=lambda i: df[col][i])
+    ours = float(df[col][best])
+    met = ours <= target if lower else ours >= target
+    gap = (ours / target - 1) if lower else (1 - ours / target)
+    out.update(ours=ours, row=df["label"][best], value=float(df[metric][best]) if metric in df else None,
+               verdict="met" if met else f"missed by {gap:.0%}" if math.isfinite(gap) else "missed")
+    return out
+
+
+def section(goals, df, records) -> list:
+    """Markdown lines: one table row per goal (empty when the study has none)."""
+    if not goals:
+        return []
+    lines = ["## Against the references", "", "| what | reference | goal | ours (best row) | row | verdict | note |",
+             "|---|---|---|---|---|---|---|"]
+    for g in goals:
+        j, metric = judge(g, df, records), g["metric"]
+        goal = f"{g['goal_x_baseline']}x baseline" if g.get("goal_x_baseline") else \
+            ("<= " if _direction(g, metric) == LOWER else ">= ") + fmt(g.get("goal"), metric)
+        ours = "" if j["ours"] is None else (f"{j['ours']:.2f}x ({fmt(j['value'], metric)} {metric})"
+                                            if g.get("goal_x_baseline") else f"{fmt(j['ours'], metric)} {metric}")
+        lines.append(f"| {j['what']} | {fmt(j['reference'], metric)} | {goal} | {ours} | {j['row']} | "
+                     f"{j['verdict']} | {j['note']} |")
+    return lines + [""]
