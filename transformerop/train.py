@@ -221,7 +221,7 @@ class Trainer:
                 now = time.perf_counter()
                 dt = (now - t_log) / (step + 1 - step_log)
                 t_log, step_log = now, step + 1
-                toks = t.batch_size * t.grad_accum * self.seq_len / dt
+                toks = t.batch_size * t.grad_accum * self.seq_len * distributed.world_size() / dt  # all ranks
                 bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{toks:,.0f}", refresh=False)
                 if self.tracker:
                     self.tracker.log({"train_loss_step": mean, "tok_per_s": toks, "step_ms": dt * 1e3}, step=step + 1)

@@ -72,6 +72,7 @@ def train_model(cfg, device, tracker):
 def _judge_step_time(cfg, tracker, pred) -> None:
     """The loop's own step time (median of its synced 10-step windows) beside the prediction."""
     windows = [h["step_ms"] for h in tracker.history if "step_ms" in h][1:]  # first: warm-up, compile
+    toks = [h["tok_per_s"] for h in tracker.history if "tok_per_s" in h][1:]
     if len(windows) < 2:
         return
     windows.sort()
@@ -83,7 +84,7 @@ def _judge_step_time(cfg, tracker, pred) -> None:
     tracker.timing("train_step", row)
     tracker.set(step_ms=row["median_ms"], predicted_step_ms=row["predicted_ms"],
                 step_measured_over_predicted=row["measured_over_predicted"], mfu=row["mfu"],
-                predicted_memory_bytes=pred["mem_total"])
+                predicted_memory_bytes=pred["mem_total"], tok_per_s=statistics.median(toks))
     if distributed.is_main():
         print(flag_line("train_step", row))
 
