@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from conftest import make_cfg
+from conftest import FAST, make_cfg, results, run_cli
 from transformerop import checkpoint
 from transformerop.data import build_data
 from transformerop.model import build_model
@@ -93,3 +93,32 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
     with pytest.raises(NonFiniteLoss, match="at step 27"):
         tr.fit()
     assert checkpoint.load(tmp_path / "ckpt.pt")["step"] == 20
+
+
+def test_time_to_target_clock_is_per_job_in_a_multirun(tmp_path):
+    """Two jobs in one multirun process: each reaches the (easy) target, and the second's clock
+    starts at its own start (plus the first's start-up cost), not at the process launch."""
+    sweep = tmp_path / "sweep"
+    p = run_cli("-m", "seed=1,2", "train.target_loss=3.0", "train.eval_full=true", *FAST, "logger=none",
+                f"hydra.sweep.dir={sweep}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    a, b = (results(sweep / str(i)) for i in (0, 1))
+    for r in (a, b):
+        m = r["metrics"]
+        assert m["target_step"] == m["steps"] and m["val_loss"] <= 3.0 + 0.05
+        # eval_full: in-loop evals over the whole val split only (train loss from the steps)
+        evals = [h for h in r["history"] if "val_loss" in h]
+        assert evals and all("train_loss" not in h for h in evals)
+        assert m["time_to_target_s"] > 0
+
+
+def test_each_job_clock_pays_the_start_up_once(monkeypatch):
+    """Process launched at 100 s, first job at 103 s (3 s of imports), second at 150 s: the second
+    job's clock starts at 147 s, not at 100 s."""
+    from transformerop import config as C
+    monkeypatch.setattr(C, "_first_job_start", None)
+    monkeypatch.setattr(C, "_start_time", lambda pid: 100.0)
+    for now, launch in ((103.0, 100.0), (150.0, 147.0), (160.0, 157.0)):
+        monkeypatch.setattr(C.time, "time", lambda now=now: now)
+        C.mark_job_start()
+        assert C.launch_time() == launch

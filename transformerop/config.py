@@ -67,6 +67,7 @@ class TrainConfig:
     grad_accum: int = 1
     eval_interval: int = 500
     eval_iters: int = 200
+    eval_full: bool = False  # in-loop evals: the whole val split once (no train split) instead of eval_iters batches
     dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
     compile: bool = False
     cuda_graph: bool = False  # capture the whole train step in one CUDA graph (CUDA, grad_accum 1, 1 rank)
@@ -87,6 +88,7 @@ class GenerateConfig:
     top_k: Optional[int] = None
     checkpoint: Optional[str] = None  # None: train in this job first
     repeats: int = 5
+    profile: bool = False  # CUDA: after timing, GPU kernel time per token (what bounds decode)
 
 
 @dataclass
@@ -155,9 +157,26 @@ def _start_time(pid) -> float | None:
         return None
 
 
+_first_job_start = None  # when this process's first job started (None: no job yet)
+_job_launch = None
+
+
+def mark_job_start() -> None:
+    """Called as each job starts. The first job's clock starts at process launch (imports, Hydra);
+    a later job of the same multirun process starts its own clock, set back by that same start-up
+    cost, so every job pays it once, as if it had been launched alone."""
+    global _first_job_start, _job_launch
+    now = time.time()
+    proc = _start_time("self") or now
+    if _first_job_start is None:
+        _first_job_start, _job_launch = now, proc
+    else:
+        _job_launch = now - (_first_job_start - proc)
+
+
 def launch_time() -> float:
-    """This process's start: time-to-target clocks count from here, imports included."""
-    return _start_time("self") or time.time()
+    """When this job was launched: time-to-target clocks count from here, imports included."""
+    return _job_launch or _start_time("self") or time.time()
 
 
 def run_stamp() -> str:

@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from . import distributed, tracking
+from .config import mark_job_start
 from .runtime import env_info, peak_memory_bytes, pick_device
 
 TASKS = ("train", "generate", "bench", "profile", "validate", "calibrate", "predict", "report")
@@ -73,6 +74,7 @@ def _error(exc: BaseException) -> dict:
 def run_job(cfg) -> dict | None:
     from .model import BackendUnavailable
 
+    mark_job_start()
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     job_dir = Path(hc.runtime.output_dir)

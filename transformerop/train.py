@@ -49,12 +49,12 @@ def set_lr(opt, lr: float) -> None:
 
 
 @torch.no_grad()
-def estimate_loss(model, data, t, device, seed: int, full: bool = False) -> dict:
+def estimate_loss(model, data, t, device, seed: int, full: bool = False, splits=("train", "val")) -> dict:
     """Mean loss per split: eval_iters random batches from a fixed generator (same batches every
     eval, so curves compare), or every window of the split once when full=True."""
     model.eval()
     out = {}
-    for split in ("train", "val"):
+    for split in splits:
         if full or data.kind == "addition":
             batches = data.eval_batches(split, t.batch_size)
         else:
@@ -140,9 +140,9 @@ class Trainer:
             self.tracker.history = [h for h in st.get("history", []) if (h.get("step") or 0) <= self.step]
 
     # -- loop ----------------------------------------------------------------
-    def evaluate(self, full: bool = False) -> dict:
-        losses = estimate_loss(self.model, self.data, self.t, self.device, self.cfg.seed, full)
-        m = {"train_loss": losses["train"], "val_loss": losses["val"]}
+    def evaluate(self, full: bool = False, splits=("train", "val")) -> dict:
+        losses = estimate_loss(self.model, self.data, self.t, self.device, self.cfg.seed, full, splits)
+        m = {f"{k}_loss": v for k, v in losses.items()}
         if self.data.kind == "text":
             m["bits_per_char"] = losses["val"] / math.log(2)
         else:
@@ -194,7 +194,9 @@ class Trainer:
                     if step > start:
                         self._check_losses(step)
                     t_eval = time.perf_counter()
-                    last = self.evaluate()
+                    # eval_full: the exact val loss (the seed GPT's val split is ~7 batches: cheaper
+                    # than eval_iters random ones); the train loss then comes from the steps' own.
+                    last = self.evaluate(full=True, splits=("val",)) if t.eval_full else self.evaluate()
                     eval_s += time.perf_counter() - t_eval
                     if last["val_loss"] < self.best_val:
                         self.best_val = last["val_loss"]
