@@ -99,14 +99,14 @@ def test_time_to_target_clock_is_per_job_in_a_multirun(tmp_path):
     """Two jobs in one multirun process: each reaches the (easy) target, and the second's clock
     starts at its own start (plus the first's start-up cost), not at the process launch."""
     sweep = tmp_path / "sweep"
-    p = run_cli("-m", "seed=1,2", "train.target_loss=3.0", "train.eval_full=true", *FAST, "logger=none",
+    p = run_cli("-m", "seed=1,2", "train.target_loss=3.0", "train.eval_full=true", "train.eval_train=false", *FAST, "logger=none",
                 f"hydra.sweep.dir={sweep}")
     assert p.returncode == 0, p.stderr[-3000:]
     a, b = (results(sweep / str(i)) for i in (0, 1))
     for r in (a, b):
         m = r["metrics"]
         assert m["target_step"] == m["steps"] and m["val_loss"] <= 3.0 + 0.05
-        # eval_full: in-loop evals over the whole val split only (train loss from the steps)
+        # eval_train=false: in-loop evals of the val split only (train loss from the steps)
         evals = [h for h in r["history"] if "val_loss" in h]
         assert evals and all("train_loss" not in h for h in evals)
         assert m["time_to_target_s"] > 0

@@ -67,7 +67,8 @@ class TrainConfig:
     grad_accum: int = 1
     eval_interval: int = 500
     eval_iters: int = 200
-    eval_full: bool = False  # in-loop evals: the whole val split once (no train split) instead of eval_iters batches
+    eval_full: bool = False  # in-loop evals: every window of each split once instead of eval_iters batches
+    eval_train: bool = True  # in-loop evals estimate the train split too (false: val only; train loss from the steps)
     dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
     compile: bool = False
     cuda_graph: bool = False  # capture the whole train step in one CUDA graph (CUDA, grad_accum 1, 1 rank)

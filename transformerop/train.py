@@ -194,9 +194,8 @@ class Trainer:
                     if step > start:
                         self._check_losses(step)
                     t_eval = time.perf_counter()
-                    # eval_full: the exact val loss (the seed GPT's val split is ~7 batches: cheaper
-                    # than eval_iters random ones); the train loss then comes from the steps' own.
-                    last = self.evaluate(full=True, splits=("val",)) if t.eval_full else self.evaluate()
+                    # eval_train=false: a time-to-target check needs only the val loss
+                    last = self.evaluate(t.eval_full, ("train", "val") if t.eval_train else ("val",))
                     eval_s += time.perf_counter() - t_eval
                     if last["val_loss"] < self.best_val:
                         self.best_val = last["val_loss"]
