@@ -298,3 +298,15 @@ def test_gpu_timing_table():
     for r in rows:
         print(f"{r[0]:9}{r[1]:7}" + "".join(f"{x:{w}.1f}" for x, w in zip(r[2:8], (9, 7, 7, 9, 7, 7)))
               + (f"  {r[8]:.1e}" if r[8] is not None else ""))
+
+
+def test_triton_model_deep_copies_for_the_float64_reference():
+    """The bench's correctness gate copies the model to float64 (copy.deepcopy): a backend must
+    hold no module objects (the H200 run of attention_end_to_end failed on exactly this)."""
+    from conftest import make_cfg
+    from transformerop.measure.reference import float64_model
+    from transformerop.model import build_model
+    m = build_model(make_cfg("model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=16",
+                             "attention=triton"), 65)
+    ref = float64_model(m)
+    assert next(ref.parameters()).dtype == torch.float64 and ref.blocks[0].attn.attend is not m.blocks[0].attn.attend

@@ -35,7 +35,7 @@ class TritonAttention(CausalSelfAttention):
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
         self.allow_tf32 = bool(getattr(acfg, "allow_tf32", True))
-        self._ops = _kernels()
+        _kernels()  # import now: a missing kernels/ fails at build, not mid-step
 
     @classmethod
     def check(cls, cfg, device):
@@ -53,4 +53,4 @@ class TritonAttention(CausalSelfAttention):
         if mask is not None:
             raise ValueError("attention=triton does not take an explicit mask (decode=static); "
                              "use decode=kv_cache")
-        return self._ops.attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32)
+        return _kernels().attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32)
