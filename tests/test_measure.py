@@ -334,3 +334,13 @@ def test_gpu_wrong_kernel_fails(tmp_path, cal_dir, monkeypatch):
     monkeypatch.setattr(SDPAAttention, "attend", _no_causal_mask)
     res, code = run_in_process(tmp_path / "bad", "task=bench", "bench.target=attention")
     assert code == 1 and res["status"] == "failed" and res["timings"] == {}
+
+
+def test_peak_follows_the_kernels_own_tf32_choice():
+    """Our Triton attention runs fp32 on TF32 tensor cores whatever torch's flag says: its MFU is
+    judged against the TF32 peak, never the fp32 one (which read 197% on the H200)."""
+    from transformerop.measure import calibration
+    assert calibration.flops_key("float32", "cuda", tf32=True) == "flops_tf32"
+    assert calibration.flops_key("float32", "cuda", tf32=False) == "flops_fp32"
+    assert calibration.flops_key("float32", "cpu", tf32=True) == "flops_fp32"  # no tensor cores here
+    assert calibration.flops_key("bfloat16", "cuda", tf32=False) == "flops_bf16"

@@ -122,11 +122,12 @@ def test_goals_set_the_best_matching_row_beside_the_reference(tmp_path):
     sweep = tmp_path / "s"
     for i, (dec, ms) in enumerate([("recompute", 2.0), ("static_graph", 0.25), ("compiled", 0.04)]):
         job(sweep, i, [f"decode={dec}"], study=("decode_speed", "decode=recompute"), goals=goals,
-            timings={"generate": timing(ms, 0.01)}, metrics={"tok_per_s": 1000 / ms})
+            timings={"generate": timing(ms, 0.01, ms / 2)}, metrics={"tok_per_s": 1000 / ms})
     md = R.report([sweep], use_wandb=False)["md"].read_text()
     lines = {ln.split(" | ")[0].lstrip("| "): ln for ln in md.splitlines() if ln.startswith("| ")}
     assert "## Against the references" in md
     assert "| 4,944 | >= 20,000 | 25,000 tok_per_s | decode=compiled | met |" in lines["decode bf16"]
+    assert "measured/predicted 2.00 |" in lines["decode bf16"]  # what bounds it: the row's own numbers
     assert "| 4.2 | 4.2x baseline | 8.00x (0.25 median_ms) | decode=static_graph | met |" in lines["graph over recompute"]
     assert "| 0.04 median_ms | decode=compiled | met |" in lines["any cache, fast"]
     assert "| not measured |" in lines["nothing ran"]

@@ -25,6 +25,21 @@ def _matches(o: dict, g) -> bool:
     return (not g.get("where") or _any(o, g["where"])) and not _any(o, g.get("exclude"))
 
 
+def _bound(r, metric: str) -> str:
+    """What the best row's own measurements say bounds it: the decode profile's kernel time per
+    token against the wall time, else the roofline's verdict, MFU and measured/predicted."""
+    m = r.get("metrics") or {}
+    if _num(m.get("gpu_busy")):
+        return (f"kernels busy {m['gpu_busy']:.0%} of the wall time: {m['kernels_per_token']:.0f} kernels, "
+                f"{m['kernel_us_per_token']:.0f} us of kernel time per token")
+    timings = r.get("timings") or {}
+    t = timings.get(metric.removesuffix("_median_ms")) or next(iter(timings.values()), {})
+    parts = [f"roofline: {t['bound']}-bound" if t.get("bound") else "",
+             f"MFU {t['mfu']:.0%}" if _num(t.get("mfu")) else "",
+             f"measured/predicted {t['measured_over_predicted']:.2f}" if _num(t.get("measured_over_predicted")) else ""]
+    return ", ".join(p for p in parts if p)
+
+
 def judge(g, df, records) -> dict:
     """One goal against the report table: the best matching ok row, its value and the verdict."""
     metric = g["metric"]
@@ -35,12 +50,12 @@ def judge(g, df, records) -> dict:
     out = {"what": g.get("what", metric), "reference": g.get("reference"), "note": g.get("note", "")}
     target = g.get("goal_x_baseline") or g.get("goal")
     if not rows:
-        return {**out, "ours": None, "row": "no ok row", "verdict": "not measured"}
+        return {**out, "ours": None, "row": "no ok row", "verdict": "not measured", "bound": ""}
     best = (min if lower else max)(rows, key=lambda i: df[col][i])
     ours = float(df[col][best])
     met = ours <= target if lower else ours >= target
     gap = (ours / target - 1) if lower else (1 - ours / target)
-    out.update(ours=ours, row=df["label"][best], value=float(df[metric][best]) if metric in df else None,
+    out.update(ours=ours, row=df["label"][best], bound=_bound(records[best], metric), value=float(df[metric][best]) if metric in df else None,
                verdict="met" if met else f"missed by {gap:.0%}" if math.isfinite(gap) else "missed")
     return out
 
@@ -49,8 +64,8 @@ def section(goals, df, records) -> list:
     """Markdown lines: one table row per goal (empty when the study has none)."""
     if not goals:
         return []
-    lines = ["## Against the references", "", "| what | reference | goal | ours (best row) | row | verdict | note |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["## Against the references", "", "| what | reference | goal | ours (best row) | row | verdict | "
+             "what bounds it (that row's measurements) | note |", "|---|---|---|---|---|---|---|---|"]
     for g in goals:
         j, metric = judge(g, df, records), g["metric"]
         goal = f"{g['goal_x_baseline']}x baseline" if g.get("goal_x_baseline") else \
@@ -58,5 +73,5 @@ def section(goals, df, records) -> list:
         ours = "" if j["ours"] is None else (f"{j['ours']:.2f}x ({fmt(j['value'], metric)} {metric})"
                                             if g.get("goal_x_baseline") else f"{fmt(j['ours'], metric)} {metric}")
         lines.append(f"| {j['what']} | {fmt(j['reference'], metric)} | {goal} | {ours} | {j['row']} | "
-                     f"{j['verdict']} | {j['note']} |")
+                     f"{j['verdict']} | {j['bound']} | {j['note']} |")
     return lines + [""]

@@ -31,13 +31,14 @@ SCORE_START, SCORE_END = "<!-- scorecard:start -->", "<!-- scorecard:end -->"
 LOWER, HIGHER = "lower", "higher"  # which way is better
 # Metrics shown when any job has them, in this order, with the better direction where it matters.
 METRICS = {"params": None, "steps": None, "target_step": None, "time_to_target_s": LOWER,
-           "val_loss": LOWER, "bits_per_char": LOWER, "exact_match": HIGHER, "tok_per_s": HIGHER,
+           "val_loss": LOWER, "bits_per_char": LOWER, "best_val_loss": None, "best_step": None, "exact_match": HIGHER, "tok_per_s": HIGHER,
            "ms_per_token": LOWER, "setup_s": None, "kernels_per_token": None, "kernel_us_per_token": None,
            "gpu_busy": None, "sync_over_one": None, "peak_memory_bytes": None,
            "wall_s": None}
 HEADLINES = ("time_to_target_s", "exact_match", "val_loss")  # for jobs with no timed region
 # Model-quality metrics mean something only for train jobs (elsewhere they come from a warm-up fit).
-TRAIN_ONLY = ("steps", "target_step", "time_to_target_s", "val_loss", "bits_per_char", "exact_match")
+TRAIN_ONLY = ("steps", "target_step", "time_to_target_s", "val_loss", "bits_per_char", "exact_match",
+              "best_val_loss", "best_step")
 # Tasks whose finding is a ratio inside each job rather than against the baseline row.
 WITHIN_JOB = {"profile": ("sync_over_one", "per-phase syncs vs one sync per step")}
 NOISE = 0.05  # ratios within 5% of 1 are called no difference

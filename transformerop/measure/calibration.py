@@ -134,11 +134,13 @@ def tf32_enabled(device) -> bool:
     return torch.device(device).type == "cuda" and torch.backends.cuda.matmul.allow_tf32
 
 
-def flops_key(dtype_name: str, device) -> str:
-    """Which matmul peak a run in this dtype can reach: bf16, TF32 (fp32 with TF32 on), fp32."""
+def flops_key(dtype_name: str, device, tf32: bool | None = None) -> str:
+    """Which matmul peak a run in this dtype can reach: bf16, TF32 (fp32 with TF32 on), fp32.
+    tf32: the kernel's own choice (our Triton attention uses TF32 whatever torch's flag says)."""
     if dtype_name == "bfloat16":
         return "flops_bf16"
-    return "flops_tf32" if tf32_enabled(device) else "flops_fp32"
+    on = tf32_enabled(device) if tf32 is None else tf32 and torch.device(device).type == "cuda"
+    return "flops_tf32" if on else "flops_fp32"
 
 
 def value(cal: dict, key: str):

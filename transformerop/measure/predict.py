@@ -12,12 +12,12 @@ from . import calibration, roofline as R
 
 
 def _price(flops: float, bytes_: float, kernels: float, device, dtype_name: str, cal: dict,
-           launch_key: str) -> dict:
+           launch_key: str, tf32: bool | None = None) -> dict:
     """Turn work (FLOPs, bytes, kernel launches) into a predicted time on this device. launch_key
     picks the per-kernel host cost: op_train_us (train step), op_infer_us (eager inference),
     graph_node_us (CUDA-graph replay), launch_us (one bare op)."""
     device = torch.device(device)
-    peak_key = calibration.flops_key(dtype_name, device)
+    peak_key = calibration.flops_key(dtype_name, device, tf32)
     peak, peak_src = calibration.value(cal, peak_key)
     bw, bw_src = calibration.value(cal, "bandwidth")
     per_launch, launch_src = calibration.value(cal, launch_key)
@@ -112,10 +112,11 @@ def predict_generate(cfg, vocab_size: int, device, batch: int, prompt_len: int, 
             **_memory(weights=R.param_memory(s)["weights"], kv_cache=kv, activations=live)}
 
 
-def predict_op(cost: dict, kernels: int, device, dtype_name: str, ceilings: dict | None = None) -> dict:
+def predict_op(cost: dict, kernels: int, device, dtype_name: str, ceilings: dict | None = None,
+               tf32: bool | None = None) -> dict:
     """An op-level target (matmul, softmax, attention) from its roofline cost dict."""
     cal = ceilings or calibration.load(device)
-    return _price(cost["flops"], cost["bytes"], kernels, device, dtype_name, cal, "launch_us")
+    return _price(cost["flops"], cost["bytes"], kernels, device, dtype_name, cal, "launch_us", tf32)
 
 
 def compare(measured_ms: float, predicted_ms: float, threshold: float) -> dict:

@@ -131,7 +131,7 @@ def setup_attention(ctx: Ctx, data) -> list:
     def predict(backward):
         cost = R.attention_cost(B, H, T, D, el, fused, backward)
         return predict_op(cost, R.attention_kernels(s, False) * (3 if backward else 1), ctx.device,
-                          ctx.dtype_name, ctx.cal)
+                          ctx.dtype_name, ctx.cal, getattr(attn, "allow_tf32", None))  # triton: its own TF32
 
     verify = lambda bwd: ref.check_attend(attn, B, H, T, D, ctx.dtype, ctx.dtype_name, ctx.device, bwd)  # noqa: E731
     cases = [Case("attention_fwd", fwd, lambda: verify(False), lambda: predict(False))]
