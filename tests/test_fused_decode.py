@@ -33,6 +33,10 @@ sampled = [Decoder(m, p, 2, 40, temperature=0.8, top_k=5)(prompt, g()).clone() f
 print("TOKENS", torch.equal(run["fused"][0], run["recompute"][0]))
 print("LOGITS", (run["fused"][1] - run["static"][1]).abs().max().item())
 print("SAMPLED", torch.equal(*sampled))
+# other matvec tiles (decode.block_n / block_k): one output per program, several reduction chunks
+tiled = []
+Decoder(m, "fused", 2, 5 + 30, temperature=0, tiles=(1, 16))(prompt, on_logits=lambda i, x: tiled.append(x.clone()))
+print("TILES", (torch.stack(tiled) - run["static"][1]).abs().max().item())
 """
 
 
@@ -45,6 +49,7 @@ def test_fused_matches_recompute_under_the_triton_interpreter():
     assert lines["TOKENS"] == "True"  # 30 greedy tokens past block_size 16: the window re-prefills
     assert float(lines["LOGITS"]) < 1e-5
     assert lines["SAMPLED"] == "True"  # same seed, same Gumbel noise, same text
+    assert float(lines["TILES"]) < 1e-5
 
 
 def test_fused_needs_cuda_or_the_interpreter_and_a_gpt():
@@ -54,6 +59,8 @@ def test_fused_needs_cuda_or_the_interpreter_and_a_gpt():
         check(make_cfg("decode=fused"), torch.device("cpu"))
     with pytest.raises(ValueError, match="use decode=kv_cache"):
         check(make_cfg("decode=fused", "attention=cuda"), torch.device("cuda"))
+    with pytest.raises(ValueError, match="must be powers of two"):
+        check(make_cfg("decode=fused", "decode.block_n=3"), torch.device("cuda"))
 
 
 @pytest.mark.gpu

@@ -51,6 +51,10 @@ class AttentionConfig:
 class DecodeConfig:
     name: str = "kv_cache"  # recompute | kv_cache | static | static_graph | compiled
     keep: Optional[int] = None  # past block_size: re-prefill the last `keep` tokens (None: block_size // 2)
+    # decode=fused: outputs per program and reduction chunk of its matvecs (powers of two). Fewer
+    # outputs per program = more programs on the SMs; a sweep over them decides, not a guess.
+    block_n: int = 32
+    block_k: int = 128
 
 
 @dataclass

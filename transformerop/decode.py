@@ -59,6 +59,10 @@ def check(cfg, device) -> None:
             raise BackendUnavailable("decode=fused needs CUDA for its Triton kernels (or TRITON_INTERPRET=1, slowly)")
         if cfg.model.name != "gpt":
             raise ValueError(f"decode=fused fuses GPT blocks; model={cfg.model.name} has none: use decode=static")
+        d = cfg.decode
+        if not all(v >= lo and v & (v - 1) == 0 for v, lo in ((d.block_n, 1), (d.block_k, 16))):
+            raise ValueError(f"decode.block_n={d.block_n} and decode.block_k={d.block_k} must be powers of two "
+                             "(block_n >= 1, block_k >= 16)")
     if cfg.model.name == "bigram" or path == "recompute":
         return
     backend = get_backend(cfg.attention.name)
@@ -183,10 +187,11 @@ class FusedRunner(StaticRunner):
     """decode=fused: the static cache, prefilled by the model itself, then each new token through
     kernels/triton_decode.py (5 kernels a layer) into fixed buffers a CUDA graph can replay."""
 
-    def __init__(self, model, batch_size):
+    def __init__(self, model, batch_size, tiles=(32, 128)):
         super().__init__(model, batch_size)
         from kernels import triton_decode  # Triton loads only when this path is chosen
         self.kern = triton_decode
+        self.tiles = {"block_n": tiles[0], "block_k": tiles[1]}  # matvec tile (decode.block_n / block_k)
         C, dt, dev = model.cfg.n_embd, next(model.parameters()).dtype, model_device(model)
         self.x = torch.zeros(batch_size, C, device=dev, dtype=dt)  # the residual stream
         self.x2 = torch.zeros_like(self.x)
@@ -202,12 +207,13 @@ class FusedRunner(StaticRunner):
         torch.add(m.wte(token[:, 0]), m.wpe(self.pos), out=self.x)
         for i, blk in enumerate(m.blocks):
             a, f = blk.attn, blk.mlp
-            k.ln_matvec(self.x, a.c_attn.weight, self.qkv, ln=blk.ln_1, bias=a.c_attn.bias)
+            t = self.tiles
+            k.ln_matvec(self.x, a.c_attn.weight, self.qkv, ln=blk.ln_1, bias=a.c_attn.bias, **t)
             k.attn_decode(self.qkv, self.k[i], self.v[i], self.pos, self.y, a.scale)
-            k.ln_matvec(self.y, a.c_proj.weight, self.x2, bias=a.c_proj.bias, resid=self.x)
-            k.ln_matvec(self.x2, f.c_fc.weight, self.h, ln=blk.ln_2, bias=f.c_fc.bias, gelu=True)
-            k.ln_matvec(self.h, f.c_proj.weight, self.x, bias=f.c_proj.bias, resid=self.x2)
-        k.ln_matvec(self.x, m.lm_head.weight, self.logits, ln=m.ln_f)
+            k.ln_matvec(self.y, a.c_proj.weight, self.x2, bias=a.c_proj.bias, resid=self.x, **t)
+            k.ln_matvec(self.x2, f.c_fc.weight, self.h, ln=blk.ln_2, bias=f.c_fc.bias, gelu=True, **t)
+            k.ln_matvec(self.h, f.c_proj.weight, self.x, bias=f.c_proj.bias, resid=self.x2, **t)
+        k.ln_matvec(self.x, m.lm_head.weight, self.logits, ln=m.ln_f, **self.tiles)
         self.pos += 1
         return self.logits
 
@@ -227,7 +233,7 @@ class Decoder:
     each call reuses the same buffers, as a captured graph requires."""
 
     def __init__(self, model, path: str, batch_size: int, total_len: int, temperature: float = 1.0,
-                 top_k=None, keep=None):
+                 top_k=None, keep=None, tiles=None):
         if path not in PATHS:
             raise ValueError(f"decode={path!r}: choose one of {list(PATHS)}")
         device = model_device(model)
@@ -241,7 +247,7 @@ class Decoder:
         self.t = torch.zeros((), dtype=torch.long, device=device)  # column of out being produced
         self.noise = (torch.zeros(total_len, batch_size, model.vocab_size, device=device)
                       if temperature > 0 else None)  # one (B, V) row of Gumbel noise per column
-        self.runner = RUNNERS[path](model, batch_size)
+        self.runner = RUNNERS[path](model, batch_size, **({"tiles": tiles} if tiles and path == "fused" else {}))
         self.step = self._step
         self.setup_s = 0.0
         start = time.perf_counter()

@@ -150,7 +150,8 @@ def run(cfg) -> dict:
     prompt = torch.tensor([encode_prompt(tokenizer, g.prompt)], device=device).repeat(g.batch_size, 1)
 
     skips = cudagraph_skips()
-    dec = Decoder(model, path, g.batch_size, prompt.size(1) + g.tokens, g.temperature, g.top_k, cfg.decode.keep)
+    dec = Decoder(model, path, g.batch_size, prompt.size(1) + g.tokens, g.temperature, g.top_k, cfg.decode.keep,
+                  (cfg.decode.block_n, cfg.decode.block_k))
     metrics.update(correctness_gate(model, dec, prompt, cfg, device))
 
     # the text (this first full run also meets every window length: eager per-shape set-up costs
