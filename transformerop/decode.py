@@ -205,15 +205,15 @@ class FusedRunner(StaticRunner):
         if token.size(1) != 1:  # a prefill-sized chunk goes through the model
             return super().forward_token(token)
         torch.add(m.wte(token[:, 0]), m.wpe(self.pos), out=self.x)
+        t = self.tiles
         for i, blk in enumerate(m.blocks):
             a, f = blk.attn, blk.mlp
-            t = self.tiles
             k.ln_matvec(self.x, a.c_attn.weight, self.qkv, ln=blk.ln_1, bias=a.c_attn.bias, **t)
             k.attn_decode(self.qkv, self.k[i], self.v[i], self.pos, self.y, a.scale)
             k.ln_matvec(self.y, a.c_proj.weight, self.x2, bias=a.c_proj.bias, resid=self.x, **t)
             k.ln_matvec(self.x2, f.c_fc.weight, self.h, ln=blk.ln_2, bias=f.c_fc.bias, gelu=True, **t)
             k.ln_matvec(self.h, f.c_proj.weight, self.x, bias=f.c_proj.bias, resid=self.x2, **t)
-        k.ln_matvec(self.x, m.lm_head.weight, self.logits, ln=m.ln_f, **self.tiles)
+        k.ln_matvec(self.x, m.lm_head.weight, self.logits, ln=m.ln_f, **t)
         self.pos += 1
         return self.logits
 

@@ -1,18 +1,19 @@
 """Outside numbers to beat (a study's `study.goals`), set beside ours in the study's report.
 
 Each goal names a report column (`metric`), the rows it is about (`where`: override strings, any
-of them may match, empty = every ok row; `exclude`: rows to leave out, such as the baseline), the outside `reference` and either an absolute `goal` or
-`goal_x_baseline` (a ratio against the study's own baseline row). Ours is the best matching row, so
+of them may match, empty = every ok row; `exclude`: rows to leave out, such as the baseline), the
+outside `reference` and either an absolute `goal` or `goal_x_baseline` (a ratio against the
+study's own baseline row). Ours is the best matching row, so
 a goal is judged on what the tool can do, and the table says which row that was and by how much a
 miss misses.
 """
 import math
 
-from .report import LOWER, METRICS, _holds, _num, fmt, parse_overrides
+from .report import HIGHER, LOWER, METRICS, _holds, _num, fmt, parse_overrides
 
 
 def _direction(g, metric: str) -> str:
-    return g.get("direction") or METRICS.get(metric) or (LOWER if metric.endswith(("_ms", "_s")) else "higher")
+    return g.get("direction") or METRICS.get(metric) or (LOWER if metric.endswith(("_ms", "_s")) else HIGHER)
 
 
 def _any(o: dict, where) -> bool:
@@ -55,7 +56,8 @@ def judge(g, df, records) -> dict:
     ours = float(df[col][best])
     met = ours <= target if lower else ours >= target
     gap = (ours / target - 1) if lower else (1 - ours / target)
-    out.update(ours=ours, row=df["label"][best], bound=_bound(records[best], metric), value=float(df[metric][best]) if metric in df else None,
+    out.update(ours=ours, row=df["label"][best], bound=_bound(records[best], metric),
+               value=float(df[metric][best]) if metric in df else None,
                verdict="met" if met else f"missed by {gap:.0%}" if math.isfinite(gap) else "missed")
     return out
 

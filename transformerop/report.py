@@ -31,10 +31,10 @@ SCORE_START, SCORE_END = "<!-- scorecard:start -->", "<!-- scorecard:end -->"
 LOWER, HIGHER = "lower", "higher"  # which way is better
 # Metrics shown when any job has them, in this order, with the better direction where it matters.
 METRICS = {"params": None, "steps": None, "target_step": None, "time_to_target_s": LOWER,
-           "val_loss": LOWER, "bits_per_char": LOWER, "best_val_loss": None, "best_step": None, "exact_match": HIGHER, "tok_per_s": HIGHER,
-           "ms_per_token": LOWER, "setup_s": None, "kernels_per_token": None, "kernel_us_per_token": None,
-           "gpu_busy": None, "sync_over_one": None, "peak_memory_bytes": None,
-           "wall_s": None}
+           "val_loss": LOWER, "bits_per_char": LOWER, "best_val_loss": None, "best_step": None,
+           "exact_match": HIGHER, "tok_per_s": HIGHER, "ms_per_token": LOWER, "setup_s": None,
+           "kernels_per_token": None, "kernel_us_per_token": None, "gpu_busy": None,
+           "sync_over_one": None, "peak_memory_bytes": None, "wall_s": None}
 HEADLINES = ("time_to_target_s", "exact_match", "val_loss")  # for jobs with no timed region
 # Model-quality metrics mean something only for train jobs (elsewhere they come from a warm-up fit).
 TRAIN_ONLY = ("steps", "target_step", "time_to_target_s", "val_loss", "bits_per_char", "exact_match",
@@ -130,7 +130,7 @@ def _row(r, o, swept, names, single) -> dict:
 
 def _measures(records, regions, single, df) -> list:
     """(column prefix, value column, direction) of every quantity that gets an x_baseline column."""
-    train = any(r.get("task") == "train" for r in records)  # a train job is judged on its outcome, not step time
+    train = any(r.get("task") == "train" for r in records)  # judged on its outcome, not its step time
     if single and not train:
         return [("", "median_ms", LOWER)]
     if regions and not train:
@@ -252,7 +252,8 @@ def markdown(df, meta, facts, image: str, extra=()) -> str:
             "rows": df.astype(object).where(df.notna(), None).to_dict("records")}
     return "\n".join([f"# {f['study'] or 'Sweep'} report", "", "| | |", "|---|---|",
                       *[f"| {k} | {v} |" for k, v in head.items()], "", NOTE, "", to_markdown(display(df, meta)),
-                      "", *extra, f"![chart]({image})", "", "<!-- report-data", json.dumps(data, default=str), "-->", ""])
+                      "", *extra, f"![chart]({image})", "", "<!-- report-data", json.dumps(data, default=str),
+                      "-->", ""])
 
 
 # -- chart -----------------------------------------------------------------------------------------

@@ -168,7 +168,8 @@ def setup_forward(ctx: Ctx, data) -> list:
                 **ref.check_logits(model, idx, ctx.dtype_name, ctx.device), **graph_check()}
 
     # One region name for eager and graph: the report pairs a graph row with its eager baseline by it.
-    return [Case("forward", fn, verify, lambda: predict_forward(cfg, V, ctx.device, ctx.B, ctx.T, cfg.bench.graph, ctx.cal),
+    return [Case("forward", fn, verify,
+                 lambda: predict_forward(cfg, V, ctx.device, ctx.B, ctx.T, cfg.bench.graph, ctx.cal),
                  tokens=ctx.B * ctx.T)]
 
 

@@ -104,12 +104,14 @@ def kernel_profile(fn, tokens: int) -> dict:
     near the wall time per token: the kernels bound decode (bandwidth, occupancy); far below it:
     gaps between kernels do (launches, host work)."""
     from torch.profiler import ProfilerActivity, profile
+
+    from .profile import on_device
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     by = {}
     for e in prof.events():
-        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+        if on_device(e):
             by.setdefault(e.name, []).append(e.time_range.elapsed_us())
     total = sum(map(sum, by.values()))
     top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:10]

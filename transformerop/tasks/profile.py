@@ -92,6 +92,11 @@ def phase_breakdown(ph: Phases, cfg, device) -> tuple:
     return rows
 
 
+def on_device(e) -> bool:
+    """A profiler event that ran on the GPU (a kernel, memcpy or memset), not a host op."""
+    return str(getattr(e, "device_type", "")).endswith("CUDA")
+
+
 def top_ops(prof, device, step_count: int) -> tuple:
     """(rows, device ops per step). Rows are host-side ops ranked by self time -- device time on
     CUDA (each kernel is attributed to the innermost op that launched it, so summing op rows
@@ -102,9 +107,6 @@ def top_ops(prof, device, step_count: int) -> tuple:
         if cuda:
             return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
         return e.self_cpu_time_total
-
-    def on_device(e):
-        return str(getattr(e, "device_type", "")).endswith("CUDA")
 
     events = [e for e in prof.key_averages() if not on_device(e) and e.key not in PHASES]
     total = sum(self_us(e) for e in events) or 1.0
