@@ -10,7 +10,10 @@ launches, or a separate delta kernel, was slower at B 64, H 6, T 256, D 64.)
 
 fp32 inputs go through tl.dot with TF32 tensor cores by default (allow_tf32=True); pass
 allow_tf32=False for IEEE fp32. bf16/fp16 use their tensor cores with fp32 accumulation.
-No attention dropout: it cannot be fused here, so none is applied to the probabilities.
+Attention dropout is fused: each kept/dropped decision is tl.rand(seed, (b*H + h, query, key)),
+so the backward regenerates exactly the forward's mask and nothing T x T is stored. The seed is a
+1-element device tensor drawn from torch's CUDA RNG, so a CUDA-graphed train step gets a new mask
+on every replay. delta = rowsum(dO*O) still holds with dropout, since O is the dropped output.
 
 Autotuning is keyed on power-of-two buckets of (Tq, Tk) plus head dim, dtype, causal and
 precision, so decoding (Tk grows by one each step) re-tunes only when Tk crosses a power of two.
@@ -25,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench
+
+from .triton_launch import launch
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 poison_outputs = False  # tests set True: outputs start NaN so an unwritten element fails
@@ -60,7 +65,7 @@ def _bench(fn, quantiles):
     return do_bench(fn, warmup=5, rep=20, quantiles=quantiles)
 
 
-_TUNE = dict(key=["TQ_KEY", "TK_KEY", "HEAD_DIM", "CAUSAL", "PREC"],
+_TUNE = dict(key=["TQ_KEY", "TK_KEY", "HEAD_DIM", "CAUSAL", "PREC", "DROPOUT"],
              prune_configs_by={"early_config_prune": _prune}, do_bench=_bench)
 # lengths vary (ragged tiles, decode): one compiled kernel for all of them
 _NOSPEC = ["T_Q", "T_K", "TQ_KEY", "TK_KEY"]
@@ -89,8 +94,23 @@ def _visible(rows, cols, off, T_K, CAUSAL: tl.constexpr):
 
 
 @triton.jit
+def _seed(SEED, DROPOUT: tl.constexpr):
+    if DROPOUT:
+        return tl.load(SEED)
+    else:
+        return 0
+
+
+@triton.jit
+def _kept(seed, offsets, p_drop):
+    """Dropout's keep decision for score elements at these offsets ((b*H + h)*Tq + query)*Tk + key."""
+    return tl.rand(seed, offsets) >= p_drop
+
+
+@triton.jit
 def _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
-               MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, BLOCK_N: tl.constexpr):
+               seed, p_drop, rng_rows, MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
+               DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         k, v = _load_kv(K, V, cols, skt, svt, offs_d, T_K, MASK)
@@ -101,7 +121,9 @@ def _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, q
         m_new = tl.maximum(m_i, tl.max(s, 1))
         p = tl.exp2(s - m_new[:, None])
         alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        l_i = l_i * alpha + tl.sum(p, 1)  # the softmax sum sees every key, kept or dropped
+        if DROPOUT:
+            p = tl.where(_kept(seed, rng_rows[:, None] + cols[None, :], p_drop), p, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PREC)
         m_i = m_new
     return acc, m_i, l_i
@@ -109,9 +131,9 @@ def _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, q
 
 @triton.autotune(FWD_CONFIGS, **_TUNE)
 @triton.jit(do_not_specialize=_NOSPEC)
-def _fwd_kernel(Q, K, V, O, LSE, qk_scale, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+def _fwd_kernel(Q, K, V, O, LSE, SEED, p_drop, keep_scale, qk_scale, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
                 H, T_Q, T_K, TQ_KEY, TK_KEY,
-                HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
+                HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, DROPOUT: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # last (heaviest under causal) query tiles launch first
     start_m = (tl.num_programs(0) - 1 - tl.program_id(0)) * BLOCK_M
@@ -135,20 +157,23 @@ def _fwd_kernel(Q, K, V, O, LSE, qk_scale, sqb, sqh, sqt, skb, skh, skt, svb, sv
     else:
         n_full = (T_K // BLOCK_N) * BLOCK_N
         hi = T_K
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, 0, n_full, rows, offs_n, offs_d,
-                               qk_scale, off, T_K, False, CAUSAL, PREC, BLOCK_N)
-    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d,
-                               qk_scale, off, T_K, True, CAUSAL, PREC, BLOCK_N)
-    acc = acc / l_i[:, None]
     # O and LSE are ours, contiguous: (B*H, T_Q, D) and (B*H, T_Q)
     o_rows = bh.to(tl.int64) * T_Q + rows
+    seed = _seed(SEED, DROPOUT)
+    rng_rows = o_rows * T_K
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, 0, n_full, rows, offs_n, offs_d, qk_scale, off,
+                               T_K, seed, p_drop, rng_rows, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
+    acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale, off,
+                               T_K, seed, p_drop, rng_rows, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
+    acc = acc * (keep_scale / l_i)[:, None]  # keep_scale = 1 / (1 - p_drop)
     tl.store(O + o_rows[:, None] * HEAD_DIM + offs_d[None, :], acc.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_rows, m_i + tl.log2(l_i), mask=row_ok)
 
 
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, hi, keys, offs_m, offs_d, qk_scale, off,
-                T_Q, HEAD_DIM: tl.constexpr, MASK: tl.constexpr, PREC: tl.constexpr, BLOCK_N: tl.constexpr):
+def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, hi, keys, offs_m, offs_d, qk_scale, off, T_Q,
+                seed, p_drop, keep_scale, rng_base, T_K, HEAD_DIM: tl.constexpr, MASK: tl.constexpr,
+                PREC: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr):
     # works on transposed scores (keys x queries) so dV = P^T dO and dK = dS^T Q need no transposes
     for start_m in range(lo, hi, BLOCK_N):
         rows = start_m + offs_m
@@ -161,8 +186,13 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, hi, keys, offs_m, off
         p_t = tl.exp2(tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale - lse[None, :])
         if MASK:
             p_t = tl.where(keys[:, None] <= rows[None, :] + off, p_t, 0.0)
-        dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PREC)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PREC)
+        if DROPOUT:  # the forward's mask, regenerated: dV = P_drop^T dO, dP = dP_drop * keep / (1-p)
+            keep = _kept(seed, (rng_base + rows)[None, :] * T_K + keys[:, None], p_drop)
+            dv = tl.dot(tl.where(keep, p_t * keep_scale, 0.0).to(do.dtype), do, dv, input_precision=PREC)
+            dp_t = tl.where(keep, dp_t * keep_scale, 0.0)
+        else:
+            dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PREC)
         ds_t = p_t * (dp_t - delta[None, :])
         dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PREC)
     return dk, dv
@@ -170,7 +200,8 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, hi, keys, offs_m, off
 
 @triton.jit
 def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
-              MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, BLOCK_N: tl.constexpr):
+              seed, p_drop, keep_scale, rng_rows, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+              PREC: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         k, v = _load_kv(K, V, cols, skt, svt, offs_d, T_K, MASK)
@@ -178,6 +209,8 @@ def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_
         if MASK:
             p = tl.where(_visible(rows, cols, off, T_K, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        if DROPOUT:
+            dp = tl.where(_kept(seed, rng_rows[:, None] + cols[None, :], p_drop), dp * keep_scale, 0.0)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PREC)
     return dq
@@ -185,10 +218,10 @@ def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_
 
 @triton.autotune(BWD_CONFIGS, **_TUNE)
 @triton.jit(do_not_specialize=_NOSPEC)
-def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, sm_scale, qk_scale,
+def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, p_drop, keep_scale, sm_scale, qk_scale,
                 sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
                 H, T_Q, T_K, TQ_KEY, TK_KEY,
-                HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
+                HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, DROPOUT: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     # programs [0, n_kv) do dK/dV for one key tile each, the rest dQ for one query tile each
     pid = tl.program_id(0)
@@ -202,6 +235,8 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, sm_scale, qk_scale,
     LSE += bh.to(tl.int64) * T_Q
     offs_d = tl.arange(0, HEAD_DIM)
     off = T_K - T_Q  # query row i sits at key position i + off
+    seed = _seed(SEED, DROPOUT)
+    rng_base = bh.to(tl.int64) * T_Q
     if pid < tl.cdiv(T_K, BLOCK_M):  # dK, dV for keys [start_n, start_n + BLOCK_M)
         start_n = pid * BLOCK_M  # first key tiles see the most queries and launch first
         keys = start_n + tl.arange(0, BLOCK_M)
@@ -215,12 +250,14 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, sm_scale, qk_scale,
             lo = (tl.maximum(start_n - off, 0) // BLOCK_N) * BLOCK_N
             m_full = tl.cdiv(tl.maximum(start_n + BLOCK_M - 1 - off, 0), BLOCK_N) * BLOCK_N
             m_full = tl.minimum(m_full, tl.cdiv(T_Q, BLOCK_N) * BLOCK_N)
-            dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, m_full, keys, offs_m, offs_d,
-                                 qk_scale, off, T_Q, HEAD_DIM, True, PREC, BLOCK_N)
+            dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, m_full, keys, offs_m, offs_d, qk_scale,
+                                 off, T_Q, seed, p_drop, keep_scale, rng_base, T_K, HEAD_DIM, True, PREC, DROPOUT,
+                                 BLOCK_N)
         else:
             m_full = 0
-        dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, m_full, T_Q, keys, offs_m, offs_d,
-                             qk_scale, off, T_Q, HEAD_DIM, False, PREC, BLOCK_N)
+        dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, m_full, T_Q, keys, offs_m, offs_d, qk_scale,
+                             off, T_Q, seed, p_drop, keep_scale, rng_base, T_K, HEAD_DIM, False, PREC, DROPOUT,
+                             BLOCK_N)
         out = (bh.to(tl.int64) * T_K + keys[:, None]) * HEAD_DIM + offs_d[None, :]
         tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok[:, None])
         tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
@@ -241,10 +278,11 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, sm_scale, qk_scale,
         else:
             n_full = (T_K // BLOCK_N) * BLOCK_N
             hi = T_K
-        dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, 0, n_full, rows, offs_n, offs_d, qk_scale,
-                       off, T_K, False, CAUSAL, PREC, BLOCK_N)
-        dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale,
-                       off, T_K, True, CAUSAL, PREC, BLOCK_N)
+        rng_rows = (rng_base + rows) * T_K
+        dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, 0, n_full, rows, offs_n, offs_d, qk_scale, off, T_K,
+                       seed, p_drop, keep_scale, rng_rows, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
+        dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
+                       seed, p_drop, keep_scale, rng_rows, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
         out = (bh.to(tl.int64) * T_Q + rows[:, None]) * HEAD_DIM + offs_d[None, :]
         tl.store(DQ + out, (dq * sm_scale).to(DQ.dtype.element_ty), mask=ok[:, None])
 
@@ -259,42 +297,31 @@ def _bucket(t):
     return triton.next_power_of_2(max(int(t), 1))
 
 
-_tuned = {}  # tuning key -> chosen config
-
-
-def _launch(kernel, grid, key, force, args, consts):
-    """Launch args (positional) + consts (constexprs). The first call per key autotunes; later
-    calls launch the chosen config through the JIT directly, skipping the autotuner's per-call
-    Python. (Calling the compiled kernel's own launcher, to skip the JIT's too, broke on triton
-    3.6: IndexError inside the launcher. Host overhead is what CUDA graphs are for.)"""
-    cfg = force or _tuned.get(key)
-    if cfg is not None:
-        return kernel.fn[grid(cfg)](*args, **consts, **cfg)
-    kernel[grid](*args, **consts)
-    best = getattr(kernel, "best_config", None)
-    if best is not None:
-        _tuned[key] = dict(best.kwargs, num_warps=best.num_warps, num_stages=best.num_stages)
-
-
 def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _forward(q, k, v, causal, sm_scale, allow_tf32):
+def _consts(D, causal, prec, seed):
+    return dict(HEAD_DIM=D, CAUSAL=causal, PREC=prec, DROPOUT=seed is not None)
+
+
+def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
     B, H, t_q, D = q.shape
     t_k = k.shape[2]
     o = _empty((B, H, t_q, D), q.dtype, q.device)
     lse = _empty((B * H, t_q), torch.float32, q.device)
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk = _bucket(t_q), _bucket(t_k)
-    _launch(_fwd_kernel, lambda c: (triton.cdiv(t_q, c["BLOCK_M"]), B * H),
-            ("fwd", q.device, q.dtype, bq, bk, D, causal, prec), force_configs and force_configs[0],
-            (q, k, v, o, lse, sm_scale * LOG2E, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-             H, t_q, t_k, bq, bk), dict(HEAD_DIM=D, CAUSAL=causal, PREC=prec))
+    launch(_fwd_kernel, lambda c: (triton.cdiv(t_q, c["BLOCK_M"]), B * H),
+           ("fwd", q.device, q.dtype, bq, bk, D, causal, prec, seed is not None),
+           force_configs and force_configs[0],
+           (q, k, v, o, lse, lse if seed is None else seed, p_drop, 1.0 / (1.0 - p_drop), sm_scale * LOG2E,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], H, t_q, t_k, bq, bk),
+           _consts(D, causal, prec, seed))
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32):
+def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
     B, H, t_q, D = q.shape
     t_k = k.shape[2]
     dq = _empty((B, H, t_q, D), q.dtype, q.device)
@@ -302,35 +329,47 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32):
     dv = _empty((B, H, t_k, D), v.dtype, v.device)
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk = _bucket(t_q), _bucket(t_k)
-    _launch(_bwd_kernel, lambda c: (triton.cdiv(t_k, c["BLOCK_M"]) + triton.cdiv(t_q, c["BLOCK_M"]), B * H),
-            ("bwd", q.device, q.dtype, bq, bk, D, causal, prec), force_configs and force_configs[1],
-            (q, k, v, do, o, lse, dq, dk, dv, sm_scale, sm_scale * LOG2E, *q.stride()[:3], *k.stride()[:3],
-             *v.stride()[:3], *do.stride()[:3], H, t_q, t_k, bq, bk),
-            dict(HEAD_DIM=D, CAUSAL=causal, PREC=prec))
+    launch(_bwd_kernel, lambda c: (triton.cdiv(t_k, c["BLOCK_M"]) + triton.cdiv(t_q, c["BLOCK_M"]), B * H),
+           ("bwd", q.device, q.dtype, bq, bk, D, causal, prec, seed is not None),
+           force_configs and force_configs[1],
+           (q, k, v, do, o, lse, dq, dk, dv, lse if seed is None else seed, p_drop, 1.0 / (1.0 - p_drop),
+            sm_scale, sm_scale * LOG2E, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
+            H, t_q, t_k, bq, bk), _consts(D, causal, prec, seed))
     return dq, dk, dv
 
 
+def _seed_tensor(seed, device):
+    """Dropout's Philox seed as a 1-element device tensor: drawn from torch's RNG on `device`
+    (graph-safe: a captured step draws a new one per replay) unless given (tests)."""
+    if seed is None:
+        return torch.randint(0, 2 ** 62, (1,), device=device)
+    return torch.tensor([int(seed)], dtype=torch.int64, device=device)
+
+
 class TritonAttentionFn(torch.autograd.Function):
-    """softmax(q k^T * scale + causal) v with Triton forward and backward kernels."""
+    """dropout(softmax(q k^T * scale + causal)) v with Triton forward and backward kernels."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=True, sm_scale=None, allow_tf32=True):
-        q, k, v = _check(q, k, v, causal)
+    def forward(ctx, q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None):
+        q, k, v = _check(q, k, v, causal, dropout_p)
         sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-        o, lse = _forward(q, k, v, causal, sm_scale, allow_tf32)
-        ctx.save_for_backward(q, k, v, o, lse)
-        ctx.causal, ctx.sm_scale, ctx.allow_tf32 = causal, sm_scale, allow_tf32
+        seed = _seed_tensor(seed, q.device) if dropout_p > 0 else None
+        o, lse = _forward(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)
+        ctx.save_for_backward(q, k, v, o, lse, seed)
+        ctx.causal, ctx.sm_scale, ctx.allow_tf32, ctx.dropout_p = causal, sm_scale, allow_tf32, dropout_p
         return o
 
     @staticmethod
     def backward(ctx, do):
-        q, k, v, o, lse = ctx.saved_tensors
+        q, k, v, o, lse, seed = ctx.saved_tensors
         do = _unit_last(do.to(o.dtype))
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.allow_tf32)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.allow_tf32, ctx.dropout_p, seed)
+        return dq, dk, dv, None, None, None, None, None
 
 
-def _check(q, k, v, causal):
+def _check(q, k, v, causal, dropout_p=0.0):
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p={dropout_p}: need 0 <= p < 1")
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[:2] != k.shape[:2] \
             or q.shape[3] != k.shape[3]:
         raise ValueError(f"expected q (B,H,Tq,D), k = v (B,H,Tk,D); got {tuple(q.shape)}, "
@@ -348,14 +387,17 @@ def _check(q, k, v, causal):
     return _unit_last(q), _unit_last(k), _unit_last(v)
 
 
-def attention(q, k, v, causal=True, sm_scale=None, allow_tf32=True):
+def attention(q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None):
     """Fused attention on (B, H, T, D) tensors; causal aligns queries to the last Tq keys.
 
     allow_tf32 (default True) lets fp32 matmuls use TF32 tensor cores (~1e-3 relative error);
-    False keeps IEEE fp32. sm_scale defaults to 1/sqrt(D). Differentiable in q, k and v.
+    False keeps IEEE fp32. sm_scale defaults to 1/sqrt(D). dropout_p drops attention
+    probabilities (kept ones scaled by 1/(1-p)), with a fresh seed from torch's RNG per call
+    unless `seed` (an int) is given. Differentiable in q, k and v.
     """
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return TritonAttentionFn.apply(q, k, v, causal, sm_scale, allow_tf32)
-    q, k, v = _check(q, k, v, causal)  # inference (decode): no autograd bookkeeping
+        return TritonAttentionFn.apply(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)
+    q, k, v = _check(q, k, v, causal, dropout_p)  # inference (decode): no autograd bookkeeping
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    return _forward(q, k, v, causal, sm_scale, allow_tf32)[0]
+    seed = _seed_tensor(seed, q.device) if dropout_p > 0 else None
+    return _forward(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)[0]

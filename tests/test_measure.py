@@ -329,6 +329,20 @@ def test_gpu_bench_seed_gpt_train_step(tmp_path, cal_dir, dtype):
 
 @pytest.mark.gpu
 @gpu
+def test_gpu_bench_profile_sums_the_kernels(tmp_path, cal_dir):
+    """bench.profile: SDPA fwd is one kernel per call (flash/cuDNN), fwd+bwd a handful; kernel time
+    is positive and at most the wall time (small slack: the profiled run is warm, do_bench's not)."""
+    res, _ = run_in_process(tmp_path / "p", "task=bench", "bench.target=attention", "model=gpt",
+                            "bench.profile=true", "train.dtype=bfloat16")
+    assert res["status"] == "ok", res["error"]
+    fwd, both = res["timings"]["attention_fwd"], res["timings"]["attention_fwd_bwd"]
+    assert fwd["kernels"] >= 1 and both["kernels"] > fwd["kernels"] and 0 < fwd["kernel_us"] < both["kernel_us"]
+    assert 0 < fwd["gpu_busy"] <= 1.2 and 0 < both["gpu_busy"] <= 1.2
+    assert "attention_fwd_kernels" in res["tables"] and res["metrics"]["attention_fwd_kernel_us"] == fwd["kernel_us"]
+
+
+@pytest.mark.gpu
+@gpu
 def test_gpu_wrong_kernel_fails(tmp_path, cal_dir, monkeypatch):
     from transformerop.model.attention.sdpa import SDPAAttention
     monkeypatch.setattr(SDPAAttention, "attend", _no_causal_mask)

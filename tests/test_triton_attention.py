@@ -74,6 +74,30 @@ def run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, allow_tf32, device):
         errs[name] = rel_err(got.grad, want.grad)
     return errs
 
+def dropout_case(ta, p, device="cpu", dtype=torch.float32, allow_tf32=False, T=33, D=64):
+    """Dropout against float64 under the kernel's own mask, read off with V = identity: then
+    O = P * keep / (1 - p) (T <= D), so keep = O != 0. Also: the kept fraction, and how many
+    decisions change with the seed."""
+    B, H = 2, 2
+    q, k, v = make_inputs(B, H, T, T, D, dtype, "contiguous", device)
+    eye = torch.eye(T, D, device=device).expand(B, H, T, D).contiguous().to(dtype)
+    with torch.no_grad():
+        keep, other = ((ta.attention(q, k, eye, allow_tf32=allow_tf32, dropout_p=p, seed=s)[..., :T] != 0)
+                       for s in (1234, 1235))
+    qkv = [t.clone().requires_grad_() for t in (q, k, v)]
+    do = torch.randn_like(q)
+    out = ta.attention(*qkv, allow_tf32=allow_tf32, dropout_p=p, seed=1234)
+    out.backward(do)
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    s = ref_in[0] @ ref_in[1].transpose(-1, -2) / D ** 0.5
+    causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    ref = (torch.softmax(s.masked_fill(~causal, float("-inf")), -1) * keep / (1 - p)) @ ref_in[2]
+    ref.backward(do.double())
+    errs = {"out": rel_err(out, ref)}
+    errs.update({n: rel_err(a.grad, b.grad) for n, a, b in zip(("dq", "dk", "dv"), qkv, ref_in)})
+    visible = causal.sum().item() * B * H
+    return errs, {"kept": keep.sum().item() / visible, "changed": (keep != other).sum().item() / visible}
+
 def module_vs_sdpa():
     """TritonAttention (IEEE fp32) and SDPAAttention with the same weights: output and input grad."""
     from omegaconf import OmegaConf
@@ -101,6 +125,7 @@ for name, B, H, t_q, t_k, D, dtype, causal, layout, forced in json.loads(sys.arg
     results[name] = run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, False, "cpu")
 ta.force_configs = None
 results["module_vs_sdpa"] = module_vs_sdpa()
+results["dropout"], results["dropout_mask"] = dropout_case(ta, 0.3)
 with torch.no_grad():  # the decode path: no autograd Function
     q, k, v = make_inputs(2, 2, 1, 9, 64, torch.float32, "contiguous", "cpu")
     results["nograd_decode"] = {"out": rel_err(ta.attention(q, k, v, allow_tf32=False), reference(q, k, v))}
@@ -130,6 +155,14 @@ def test_interpreted_matches_float64(interpreted, case):
 def test_interpreted_extras(interpreted, name):
     errs = interpreted[name]
     assert all(e <= FP32_TOL for e in errs.values()), errs
+
+
+def test_interpreted_dropout(interpreted):
+    """p = 0.3: forward and grads equal float64 under the kernel's mask; about 70% kept (4 sigma
+    over 2,244 decisions); a new seed changes about 2 * 0.3 * 0.7 = 42% of them."""
+    errs, mask = interpreted["dropout"], interpreted["dropout_mask"]
+    assert all(e <= FP32_TOL for e in errs.values()), errs
+    assert abs(mask["kept"] - 0.7) < 0.04 and abs(mask["changed"] - 0.42) < 0.06, mask
 
 
 def _cfg(dtype="float32"):
@@ -225,6 +258,48 @@ def test_gpu_every_config(dtype):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_dropout(dtype):
+    """Fused dropout on the GPU (autotuned configs, T 64, D 64): as on CPU, against float64 under
+    the kernel's own mask; the keep rate over 2 x 2 x 2,080 decisions."""
+    import kernels.triton_attention as ta
+    torch.manual_seed(0)
+    errs, mask = _helpers()["dropout_case"](ta, 0.3, "cuda", getattr(torch, dtype), True, T=64, D=64)
+    tol = BF16_TOL if dtype == "bfloat16" else TF32_TOL
+    assert all(e <= tol for e in errs.values()), errs
+    assert abs(mask["kept"] - 0.7) < 0.03 and abs(mask["changed"] - 0.42) < 0.04, mask
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_direct_launch_matches_jit():
+    """After the first calls, kernels launch as CompiledKernels (no JIT): same bits as the JIT."""
+    import kernels.triton_attention as ta
+    import kernels.triton_launch as tl
+    torch.manual_seed(0)
+    q, k, v, do = (torch.randn(4, 6, 100, 64, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    qkv = [t.detach().requires_grad_() for t in (q, k, v)]
+
+    def run():
+        for t in qkv:
+            t.grad = None
+        out = ta.attention(*qkv)
+        out.backward(do)
+        return [out.detach().clone()] + [t.grad.clone() for t in qkv]
+    run()  # tune, compile
+    before = dict(tl.stats)
+    direct = [run() for _ in range(2)][-1]
+    assert tl.fast and tl.stats["direct"] >= before["direct"] + 2, tl.stats  # fwd and bwd went direct
+    tl.fast = False
+    try:
+        jit = run()
+    finally:
+        tl.fast = True
+    assert all(torch.equal(a, b) for a, b in zip(direct, jit))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_training_tracks_sdpa():
     """60 steps of a small GPT (bf16 autocast) on a learnable pattern: triton's loss follows sdpa's."""
     from omegaconf import OmegaConf
@@ -290,7 +365,8 @@ def test_gpu_timing_table():
             fresh = [t.detach().requires_grad_() for t in qkv]
             t.append(do_bench_cudagraph(lambda: fn(*fresh).backward(do), rep=100, return_mode="median", grad_to_none=fresh))
             rows.append((str(dtype)[6:], name, *(1e3 * x for x in t), max(errs) if name == "triton" else None))
-    for key, cfg in ta._tuned.items():
+    import kernels.triton_launch as tlaunch
+    for key, cfg in tlaunch._tuned.items():
         if key[3:5] == (256, 256) and key[5] == 64:
             print("tuned", key[0], key[2], cfg)
     print("\nB64 H6 T256 D64 causal, median us; fp32 triton uses TF32 (SDPA fp32 does not)")

@@ -82,6 +82,7 @@ class TrainConfig:
     target_loss: Optional[float] = None  # stop early once val loss <= this (time-to-target)
     slow_path: str = "none"  # planted slowdown for the measurement tests: none | host_sync | h2d_copy
     progress: bool = True
+    profile: bool = False  # CUDA, task=train: after the run, kernel time over 10 more steps (not saved)
 
 
 @dataclass
@@ -105,6 +106,7 @@ class BenchConfig:
     cols: Optional[int] = None  # softmax: row length (None: T)
     backward: bool = True  # attention: also time forward+backward
     graph: bool = False  # forward: replay one CUDA graph instead of eager launches
+    profile: bool = False  # CUDA: after timing, GPU kernel time per call (host-bound or kernel-bound?)
     warmup_ms: float = 25.0
     rep_ms: float = 100.0
     flag_ratio: float = 3.0  # measured/predicted beyond this (or below 1/this) is flagged

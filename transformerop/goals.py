@@ -27,15 +27,18 @@ def _matches(o: dict, g) -> bool:
 
 
 def _bound(r, metric: str) -> str:
-    """What the best row's own measurements say bounds it: the decode profile's kernel time per
-    token against the wall time, else the roofline's verdict, MFU and measured/predicted."""
+    """What the best row's own measurements say bounds it: the kernel profile's GPU time against
+    the wall time (decode: per token; bench, train: per call or step), then the roofline's
+    verdict, MFU and measured/predicted."""
     m = r.get("metrics") or {}
     if _num(m.get("gpu_busy")):
-        return (f"kernels busy {m['gpu_busy']:.0%} of the wall time: {m['kernels_per_token']:.0f} kernels, "
-                f"{m['kernel_us_per_token']:.0f} us of kernel time per token")
+        return (f"profile: kernels busy {m['gpu_busy']:.0%} of the wall time: {m['kernels_per_token']:.0f} "
+                f"kernels, {m['kernel_us_per_token']:.0f} us of kernel time per token")
     timings = r.get("timings") or {}
     t = timings.get(metric.removesuffix("_median_ms")) or next(iter(timings.values()), {})
-    parts = [f"roofline: {t['bound']}-bound" if t.get("bound") else "",
+    parts = [f"profile: kernels busy {t['gpu_busy']:.0%} of the wall time ({t['kernels']:.0f} kernels, "
+             f"{t['kernel_us']:.0f} us of kernel time per call)" if _num(t.get("gpu_busy")) else "",
+             f"roofline: {t['bound']}-bound" if t.get("bound") else "",
              f"MFU {t['mfu']:.0%}" if _num(t.get("mfu")) else "",
              f"measured/predicted {t['measured_over_predicted']:.2f}" if _num(t.get("measured_over_predicted")) else ""]
     return ", ".join(p for p in parts if p)

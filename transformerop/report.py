@@ -42,10 +42,12 @@ TRAIN_ONLY = ("steps", "target_step", "time_to_target_s", "val_loss", "bits_per_
 # Tasks whose finding is a ratio inside each job rather than against the baseline row.
 WITHIN_JOB = {"profile": ("sync_over_one", "per-phase syncs vs one sync per step")}
 NOISE = 0.05  # ratios within 5% of 1 are called no difference
-TIMING_KEYS = ("median_ms", "p25_ms", "p75_ms", "predicted_ms", "measured_over_predicted", "flagged")
+TIMING_KEYS = ("median_ms", "p25_ms", "p75_ms", "predicted_ms", "measured_over_predicted", "flagged",
+               "kernel_us", "gpu_busy")  # the last two: bench.profile / train.profile
 NOTE = ("x base: > 1 = better than the baseline row (baseline / row for times and losses, row / baseline "
         "for throughputs and accuracy). ms: median (p25-p75) of the repeats. meas/pred: measured / "
-        "predicted (roofline + launch term), ! = flagged.")
+        "predicted (roofline + launch term), ! = flagged. kernel us, GPU busy (when profiled): GPU kernel time per "
+        "call or step, and its share of the wall time; far below 100% = host or launch gaps bound it.")
 
 
 class ReportError(Exception):
@@ -124,7 +126,8 @@ def _row(r, o, swept, names, single) -> dict:
     for name, t in (r.get("timings") or {}).items():
         p = "" if single else f"{name}_"
         row.update({"region": name} if single else {})
-        row.update({f"{p}{k}": t.get(k) for k in TIMING_KEYS})
+        # never blank a metric of the same name (single region: decode's gpu_busy is a metric)
+        row.update({f"{p}{k}": t.get(k) for k in TIMING_KEYS if t.get(k) is not None or f"{p}{k}" not in row})
     return row
 
 
@@ -191,7 +194,8 @@ def fmt(v, col: str = "") -> str:
     if col.endswith("x_baseline"):
         return f"{v:.2f}x" if v >= 0.1 else f"{v:.2g}x"
     special = {"params": lambda: f"{v / 1e6:.2f}M" if v >= 1e5 else f"{v:,}",
-               "peak_memory_bytes": lambda: f"{v / 2**20:,.0f} MiB", "exact_match": lambda: f"{v:.1%}"}
+               "peak_memory_bytes": lambda: f"{v / 2**20:,.0f} MiB", "exact_match": lambda: f"{v:.1%}",
+               "gpu_busy": lambda: f"{v:.0%}"}
     if col in special:
         return special[col]()
     return f"{v:,}" if isinstance(v, int) else f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
@@ -211,6 +215,10 @@ def display(df, meta) -> pd.DataFrame:
         out[f"{t}pred ms"] = [fmt(v) for v in df[f"{p}predicted_ms"]]
         out[f"{t}meas/pred"] = [fmt(v) + (" !" if f is True else "")
                                 for v, f in zip(df[f"{p}measured_over_predicted"], df[f"{p}flagged"])]
+        none = [None] * len(df)  # (single region: a column named like a dropped all-empty metric)
+        out[f"{t}kernel us"] = [fmt(v) for v in df.get(f"{p}kernel_us", none)]
+        if p:  # single region: gpu_busy is already a column of its own (METRICS)
+            out[f"{t}GPU busy"] = [fmt(v, "gpu_busy") for v in df.get(f"{p}gpu_busy", none)]
     for p, _, _ in meta["measures"]:
         out[f"{p.replace('_', ' ')}x base"] = [fmt(v, "x_baseline") + (" (base)" if b else "")
                                                for v, b in zip(df[f"{p}x_baseline"], df["is_baseline"])]

@@ -36,7 +36,9 @@ from ..model.attention.softmax import get_softmax
 from ..runtime import (autocast, peak_memory_bytes, pick_device, reset_peak_memory, seed_everything, sync,
                        torch_dtype)
 from ..train import Trainer
+from ..measure.profiler import profile_beside
 
+PROFILE_CALLS = 20  # bench.profile: calls averaged into kernel time per call
 TARGETS = ("matmul", "softmax", "attention", "forward", "train_step", "generate")
 MODEL_TARGETS = ("forward", "train_step", "generate")
 
@@ -291,8 +293,11 @@ def run(cfg) -> dict:
                    **peak_of_one_call(case.fn, device))
         if case.tokens:
             row["tokens"], row["tok_per_s"] = case.tokens, case.tokens / (stats["median_ms"] / 1e3)
-        tracker.timing(case.name, row)
         print(flag_line(case.name, row))
+        if cfg.bench.profile and device.type == "cuda":  # kernel time per call beside the wall time
+            row.update(profile_beside(lambda: [case.fn() for _ in range(PROFILE_CALLS)], PROFILE_CALLS,
+                                      stats["median_ms"], "call", tracker, f"{case.name}_kernels"))
+        tracker.timing(case.name, row)
         _print_memory(row)
         rows.append([case.name] + [row.get("mem_total") if c == "mem_predicted" else row.get(c) for c in COLUMNS[1:]])
         metrics.update(_flat(case.name, row))
@@ -303,7 +308,7 @@ def run(cfg) -> dict:
 
 def _flat(name: str, row: dict) -> dict:
     keys = ("median_ms", "predicted_ms", "measured_over_predicted", "flagged", "mfu", "tok_per_s",
-            "peak_memory_bytes", "mem_total")
+            "peak_memory_bytes", "mem_total", "kernel_us", "kernels", "gpu_busy")
     return {f"{name}_{k}": row[k] for k in keys if row.get(k) is not None}
 
 

@@ -17,6 +17,7 @@ from ..decode import check as check_decode
 from ..measure.timing import measure
 from ..model import build_model
 from ..runtime import pick_device, seed_everything, sync, torch_dtype
+from ..measure.profiler import profile_beside
 from .train import check as check_train
 from .train import train_model
 
@@ -99,44 +100,6 @@ def correctness_gate(model, dec, prompt, cfg, device) -> dict:
     return {"gate_tokens": n, "gate_tokens_agree": agree, "gate_max_logit_diff": diff, "gate_rel_logit_diff": rel}
 
 
-def kernel_profile(fn, tokens: int) -> dict:
-    """GPU kernel time per token over one profiled run of fn (graph replays included). Kernel time
-    near the wall time per token: the kernels bound decode (bandwidth, occupancy); far below it:
-    gaps between kernels do (launches, host work)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from .profile import on_device
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    by = {}
-    for e in prof.events():
-        if on_device(e):
-            by.setdefault(e.name, []).append(e.time_range.elapsed_us())
-    total = sum(map(sum, by.values()))
-    top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:10]
-    return {"kernel_us_per_token": total / tokens, "kernels_per_token": sum(map(len, by.values())) / tokens,
-            "top": [[name[:70], sum(d) / tokens, len(d) / tokens, sorted(d)[len(d) // 2]] for name, d in top]}
-
-
-def _profile(dec, prompt, cfg, device, metrics, tracker) -> None:
-    """Kernel time per token beside the measured wall time per token (never fails the job)."""
-    try:
-        kp = kernel_profile(lambda: dec(prompt, seeded(cfg, device)), cfg.generate.tokens)
-    except Exception as e:  # noqa: BLE001 -- the timing above stands without its profile
-        print(f"profile: failed ({type(e).__name__}: {e}); the timing stands")
-        metrics["profile_error"] = f"{type(e).__name__}: {e}"
-        return
-    busy = kp["kernel_us_per_token"] / (metrics["ms_per_token"] * 1e3)
-    metrics.update(kernel_us_per_token=kp["kernel_us_per_token"], kernels_per_token=kp["kernels_per_token"],
-                   gpu_busy=busy)
-    tracker.table("kernels", ["kernel", "us_per_token", "launches_per_token", "median_us"], kp["top"])
-    print(f"profile: {kp['kernels_per_token']:.0f} kernels and {kp['kernel_us_per_token']:.1f} us of kernel "
-          f"time per token = {busy:.0%} of the wall time per token; top kernels (us/token, count, median us):")
-    for name, us, n, med in kp["top"]:
-        print(f"  {us:9.2f} {n:6.1f} {med:8.2f}  {name}")
-
-
 def cudagraph_skips() -> int:
     from torch._dynamo.utils import counters
     return int(counters["inductor"].get("cudagraph_skips", 0))
@@ -181,7 +144,10 @@ def run(cfg) -> dict:
     if path == "compiled":
         metrics["cudagraph_skips"] = cudagraph_skips() - skips  # > 0 on GPU: Inductor ran without graphs
     if g.profile and device.type == "cuda":
-        _profile(dec, prompt, cfg, device, metrics, tracker)
+        kp = profile_beside(lambda: dec(prompt, seeded(cfg, device)), g.tokens, metrics["ms_per_token"], "token",
+                            tracker, "kernels")
+        metrics.update({{"kernel_us": "kernel_us_per_token", "kernels": "kernels_per_token"}.get(k, k): v
+                        for k, v in kp.items()})
     tracker.timing("generate", {**stats, "tokens": g.tokens, "batch_size": g.batch_size, "decode": path,
                                 "setup_s": dec.setup_s})
     tracker.log({"tok_per_s": metrics["tok_per_s"], "ms_per_token": metrics["ms_per_token"]})

@@ -19,6 +19,7 @@ from .. import tracking
 from ..data import build_data
 from ..measure import calibration
 from ..measure.predict import flag_line, judge, predict_train_step
+from ..measure.profiler import on_device
 from ..measure.roofline import amdahl
 from ..measure.timing import measure
 from ..runtime import autocast, pick_device, seed_everything, sync
@@ -90,11 +91,6 @@ def phase_breakdown(ph: Phases, cfg, device) -> tuple:
         rows.append([name, a, s, s / a if a > 0 else None, share, amdahl(share, 2.0)])
     rows.append(["step", one[-1], per[-1], per[-1] / one[-1], 1.0, 2.0])
     return rows
-
-
-def on_device(e) -> bool:
-    """A profiler event that ran on the GPU (a kernel, memcpy or memset), not a host op."""
-    return str(getattr(e, "device_type", "")).endswith("CUDA")
 
 
 def top_ops(prof, device, step_count: int) -> tuple:

@@ -11,6 +11,7 @@ from ..decode import generate
 from ..model import build_model, count_params
 from ..runtime import peak_memory_bytes, pick_device, reset_peak_memory, seed_everything
 from ..measure.predict import flag_line, judge, predict_train_step
+from ..measure.profiler import profile_beside
 from ..train import LOG_EVERY, Trainer
 
 
@@ -89,6 +90,24 @@ def _judge_step_time(cfg, tracker, pred) -> None:
         print(flag_line("train_step", row))
 
 
+PROFILE_STEPS = 10
+
+
+def _profile_steps(trainer, tracker) -> None:
+    """train.profile: kernel time over PROFILE_STEPS more steps (after everything above is
+    recorded; the model they change is not saved) beside the loop's median step time."""
+    row = tracker.timings.get("train_step")
+    if not row:
+        return
+    start = trainer.step
+
+    def steps():
+        for i in range(PROFILE_STEPS):
+            trainer.train_step(start + i)
+    row.update(profile_beside(steps, PROFILE_STEPS, row["median_ms"], "step", tracker, "train_step_kernels"))
+    tracker.timing("train_step", row)
+
+
 def run(cfg) -> dict:
     tracker = tracking.current()
     device = pick_device(cfg.device)
@@ -107,6 +126,8 @@ def run(cfg) -> dict:
         samples = [data.tokenizer.decode(out[0])]
     metrics["peak_memory_bytes"] = peak_memory_bytes(device)
     tracker.table("samples", ["sample"], [[s] for s in samples])
+    if cfg.train.profile and device.type == "cuda" and distributed.world_size() == 1:
+        _profile_steps(trainer, tracker)
     if distributed.is_main():
         _print_summary(cfg, metrics, samples, tracker)
     return metrics

@@ -1,8 +1,7 @@
 """Fused causal attention through the Triton kernels in kernels/triton_attention.py.
 
-Forward and backward are Triton kernels (backward = "kernel"). No attention dropout: it cannot
-be fused into these kernels, so none is applied to the probabilities (the model's residual
-dropout still applies). fp32 matmuls use TF32 tensor cores unless `attention.allow_tf32=false`
+Forward and backward are Triton kernels (backward = "kernel"). Attention dropout (model.dropout,
+in training) is fused into both: the backward regenerates the forward's mask from its seed. fp32 matmuls use TF32 tensor cores unless `attention.allow_tf32=false`
 is given. Decoding works against a KV cache (decode=kv_cache); an explicit mask (decode=static)
 is refused.
 """
@@ -53,4 +52,6 @@ class TritonAttention(CausalSelfAttention):
         if mask is not None:
             raise ValueError("attention=triton does not take an explicit mask (decode=static); "
                              "use decode=kv_cache")
-        return _kernels().attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32)
+        p = self.dropout if self.training else 0.0
+        return _kernels().attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32,
+                                    dropout_p=p)
