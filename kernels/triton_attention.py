@@ -10,8 +10,8 @@ launches, or a separate delta kernel, was slower at B 64, H 6, T 256, D 64.)
 
 fp32 inputs go through tl.dot with TF32 tensor cores by default (allow_tf32=True); pass
 allow_tf32=False for IEEE fp32. bf16/fp16 use their tensor cores with fp32 accumulation.
-Attention dropout is fused: each kept/dropped decision is tl.rand(seed, (b*H + h, query, key)),
-so the backward regenerates exactly the forward's mask and nothing T x T is stored. The seed is a
+Attention dropout is fused: each kept/dropped decision is a hash of (seed, (b*H + h)*Tq + query,
+key), so the backward regenerates exactly the forward's mask and nothing T x T is stored. The seed is a
 1-element device tensor drawn from torch's CUDA RNG, so a CUDA-graphed train step gets a new mask
 on every replay. delta = rowsum(dO*O) still holds with dropout, since O is the dropped output.
 
@@ -102,14 +102,38 @@ def _seed(SEED, DROPOUT: tl.constexpr):
 
 
 @triton.jit
-def _kept(seed, offsets, p_drop):
-    """Dropout's keep decision for score elements at these offsets ((b*H + h)*Tq + query)*Tk + key."""
-    return tl.rand(seed, offsets) >= p_drop
+def _mix(x):
+    """murmur3's 32-bit finalizer: each input bit flips each output bit with probability ~1/2."""
+    x ^= x >> 16
+    x *= 0x85EBCA6B
+    x ^= x >> 13
+    x *= 0xC2B2AE35
+    x ^= x >> 16
+    return x
+
+
+@triton.jit
+def _row_keys(seed, rows, DROPOUT: tl.constexpr):
+    """Per score row ((b*H + h)*Tq + query, int64) a 32-bit key mixed from it and the seed."""
+    if DROPOUT:
+        k = _mix(rows.to(tl.uint32) ^ seed.to(tl.uint32))
+        return _mix(k ^ (rows >> 32).to(tl.uint32) ^ (seed >> 32).to(tl.uint32))
+    else:
+        return rows
+
+
+@triton.jit
+def _kept(row_keys, keys, drop_thr):
+    """Dropout's keep decision for (row key, key index), broadcast: one integer hash per element
+    (Philox's 10 rounds per element made the forward 4x slower on the H200). Its top 24 bits
+    against p * 2^24."""
+    h = _mix(row_keys ^ (keys.to(tl.uint32) * 0x9E3779B9))
+    return (h >> 8).to(tl.int32) >= drop_thr
 
 
 @triton.jit
 def _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
-               seed, p_drop, rng_rows, MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
+               drop_thr, rkeys, MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
                DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
@@ -123,7 +147,7 @@ def _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, q
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)  # the softmax sum sees every key, kept or dropped
         if DROPOUT:
-            p = tl.where(_kept(seed, rng_rows[:, None] + cols[None, :], p_drop), p, 0.0)
+            p = tl.where(_kept(rkeys[:, None], cols[None, :], drop_thr), p, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PREC)
         m_i = m_new
     return acc, m_i, l_i
@@ -131,7 +155,7 @@ def _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, q
 
 @triton.autotune(FWD_CONFIGS, **_TUNE)
 @triton.jit(do_not_specialize=_NOSPEC)
-def _fwd_kernel(Q, K, V, O, LSE, SEED, p_drop, keep_scale, qk_scale, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+def _fwd_kernel(Q, K, V, O, LSE, SEED, drop_thr, keep_scale, qk_scale, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
                 H, T_Q, T_K, TQ_KEY, TK_KEY,
                 HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, DROPOUT: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -159,20 +183,19 @@ def _fwd_kernel(Q, K, V, O, LSE, SEED, p_drop, keep_scale, qk_scale, sqb, sqh, s
         hi = T_K
     # O and LSE are ours, contiguous: (B*H, T_Q, D) and (B*H, T_Q)
     o_rows = bh.to(tl.int64) * T_Q + rows
-    seed = _seed(SEED, DROPOUT)
-    rng_rows = o_rows * T_K
+    rkeys = _row_keys(_seed(SEED, DROPOUT), o_rows, DROPOUT)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, 0, n_full, rows, offs_n, offs_d, qk_scale, off,
-                               T_K, seed, p_drop, rng_rows, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
+                               T_K, drop_thr, rkeys, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale, off,
-                               T_K, seed, p_drop, rng_rows, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
-    acc = acc * (keep_scale / l_i)[:, None]  # keep_scale = 1 / (1 - p_drop)
+                               T_K, drop_thr, rkeys, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
+    acc = acc * (keep_scale / l_i)[:, None]  # keep_scale = 1 / (1 - p)
     tl.store(O + o_rows[:, None] * HEAD_DIM + offs_d[None, :], acc.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_rows, m_i + tl.log2(l_i), mask=row_ok)
 
 
 @triton.jit
 def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, hi, keys, offs_m, offs_d, qk_scale, off, T_Q,
-                seed, p_drop, keep_scale, rng_base, T_K, HEAD_DIM: tl.constexpr, MASK: tl.constexpr,
+                seed, drop_thr, keep_scale, rng_base, HEAD_DIM: tl.constexpr, MASK: tl.constexpr,
                 PREC: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr):
     # works on transposed scores (keys x queries) so dV = P^T dO and dK = dS^T Q need no transposes
     for start_m in range(lo, hi, BLOCK_N):
@@ -188,7 +211,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, hi, keys, offs_m, off
             p_t = tl.where(keys[:, None] <= rows[None, :] + off, p_t, 0.0)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PREC)
         if DROPOUT:  # the forward's mask, regenerated: dV = P_drop^T dO, dP = dP_drop * keep / (1-p)
-            keep = _kept(seed, (rng_base + rows)[None, :] * T_K + keys[:, None], p_drop)
+            keep = _kept(_row_keys(seed, rng_base + rows, DROPOUT)[None, :], keys[:, None], drop_thr)
             dv = tl.dot(tl.where(keep, p_t * keep_scale, 0.0).to(do.dtype), do, dv, input_precision=PREC)
             dp_t = tl.where(keep, dp_t * keep_scale, 0.0)
         else:
@@ -200,7 +223,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, hi, keys, offs_m, off
 
 @triton.jit
 def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
-              seed, p_drop, keep_scale, rng_rows, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+              drop_thr, keep_scale, rkeys, MASK: tl.constexpr, CAUSAL: tl.constexpr,
               PREC: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
@@ -210,7 +233,7 @@ def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_
             p = tl.where(_visible(rows, cols, off, T_K, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         if DROPOUT:
-            dp = tl.where(_kept(seed, rng_rows[:, None] + cols[None, :], p_drop), dp * keep_scale, 0.0)
+            dp = tl.where(_kept(rkeys[:, None], cols[None, :], drop_thr), dp * keep_scale, 0.0)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PREC)
     return dq
@@ -218,7 +241,7 @@ def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_
 
 @triton.autotune(BWD_CONFIGS, **_TUNE)
 @triton.jit(do_not_specialize=_NOSPEC)
-def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, p_drop, keep_scale, sm_scale, qk_scale,
+def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_scale, qk_scale,
                 sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
                 H, T_Q, T_K, TQ_KEY, TK_KEY,
                 HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, DROPOUT: tl.constexpr,
@@ -251,12 +274,12 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, p_drop, keep_scale, sm_sc
             m_full = tl.cdiv(tl.maximum(start_n + BLOCK_M - 1 - off, 0), BLOCK_N) * BLOCK_N
             m_full = tl.minimum(m_full, tl.cdiv(T_Q, BLOCK_N) * BLOCK_N)
             dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, m_full, keys, offs_m, offs_d, qk_scale,
-                                 off, T_Q, seed, p_drop, keep_scale, rng_base, T_K, HEAD_DIM, True, PREC, DROPOUT,
+                                 off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM, True, PREC, DROPOUT,
                                  BLOCK_N)
         else:
             m_full = 0
         dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, m_full, T_Q, keys, offs_m, offs_d, qk_scale,
-                             off, T_Q, seed, p_drop, keep_scale, rng_base, T_K, HEAD_DIM, False, PREC, DROPOUT,
+                             off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM, False, PREC, DROPOUT,
                              BLOCK_N)
         out = (bh.to(tl.int64) * T_K + keys[:, None]) * HEAD_DIM + offs_d[None, :]
         tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok[:, None])
@@ -278,11 +301,11 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, p_drop, keep_scale, sm_sc
         else:
             n_full = (T_K // BLOCK_N) * BLOCK_N
             hi = T_K
-        rng_rows = (rng_base + rows) * T_K
+        rkeys = _row_keys(seed, rng_base + rows, DROPOUT)
         dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, 0, n_full, rows, offs_n, offs_d, qk_scale, off, T_K,
-                       seed, p_drop, keep_scale, rng_rows, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
+                       drop_thr, keep_scale, rkeys, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
         dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
-                       seed, p_drop, keep_scale, rng_rows, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
+                       drop_thr, keep_scale, rkeys, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
         out = (bh.to(tl.int64) * T_Q + rows[:, None]) * HEAD_DIM + offs_d[None, :]
         tl.store(DQ + out, (dq * sm_scale).to(DQ.dtype.element_ty), mask=ok[:, None])
 
@@ -301,6 +324,10 @@ def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _threshold(p_drop):
+    return int(round(p_drop * 2 ** 24))  # dropped when a hash's top 24 bits fall below it
+
+
 def _consts(D, causal, prec, seed):
     return dict(HEAD_DIM=D, CAUSAL=causal, PREC=prec, DROPOUT=seed is not None)
 
@@ -315,7 +342,7 @@ def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
     launch(_fwd_kernel, lambda c: (triton.cdiv(t_q, c["BLOCK_M"]), B * H),
            ("fwd", q.device, q.dtype, bq, bk, D, causal, prec, seed is not None),
            force_configs and force_configs[0],
-           (q, k, v, o, lse, lse if seed is None else seed, p_drop, 1.0 / (1.0 - p_drop), sm_scale * LOG2E,
+           (q, k, v, o, lse, lse if seed is None else seed, _threshold(p_drop), 1.0 / (1.0 - p_drop), sm_scale * LOG2E,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], H, t_q, t_k, bq, bk),
            _consts(D, causal, prec, seed))
     return o, lse
@@ -332,14 +359,14 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, see
     launch(_bwd_kernel, lambda c: (triton.cdiv(t_k, c["BLOCK_M"]) + triton.cdiv(t_q, c["BLOCK_M"]), B * H),
            ("bwd", q.device, q.dtype, bq, bk, D, causal, prec, seed is not None),
            force_configs and force_configs[1],
-           (q, k, v, do, o, lse, dq, dk, dv, lse if seed is None else seed, p_drop, 1.0 / (1.0 - p_drop),
+           (q, k, v, do, o, lse, dq, dk, dv, lse if seed is None else seed, _threshold(p_drop), 1.0 / (1.0 - p_drop),
             sm_scale, sm_scale * LOG2E, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
             H, t_q, t_k, bq, bk), _consts(D, causal, prec, seed))
     return dq, dk, dv
 
 
 def _seed_tensor(seed, device):
-    """Dropout's Philox seed as a 1-element device tensor: drawn from torch's RNG on `device`
+    """Dropout's seed as a 1-element device tensor: drawn from torch's RNG on `device`
     (graph-safe: a captured step draws a new one per replay) unless given (tests)."""
     if seed is None:
         return torch.randint(0, 2 ** 62, (1,), device=device)

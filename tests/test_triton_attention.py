@@ -96,7 +96,10 @@ def dropout_case(ta, p, device="cpu", dtype=torch.float32, allow_tf32=False, T=3
     errs = {"out": rel_err(out, ref)}
     errs.update({n: rel_err(a.grad, b.grad) for n, a, b in zip(("dq", "dk", "dv"), qkv, ref_in)})
     visible = causal.sum().item() * B * H
-    return errs, {"kept": keep.sum().item() / visible, "changed": (keep != other).sum().item() / visible}
+    both = lambda a, b, ok: ((a & b)[ok.expand_as(a)].float().mean().item())  # noqa: E731
+    return errs, {"kept": keep.sum().item() / visible, "changed": (keep != other).sum().item() / visible,
+                  "kept_pairs_along_keys": both(keep[..., 1:], keep[..., :-1], causal[:, 1:]),
+                  "kept_pairs_along_queries": both(keep[..., 1:, :], keep[..., :-1, :], causal[:-1, :])}
 
 def module_vs_sdpa():
     """TritonAttention (IEEE fp32) and SDPAAttention with the same weights: output and input grad."""
@@ -159,10 +162,14 @@ def test_interpreted_extras(interpreted, name):
 
 def test_interpreted_dropout(interpreted):
     """p = 0.3: forward and grads equal float64 under the kernel's mask; about 70% kept (4 sigma
-    over 2,244 decisions); a new seed changes about 2 * 0.3 * 0.7 = 42% of them."""
+    over 2,244 decisions); a new seed changes about 2 * 0.3 * 0.7 = 42% of them; neighbouring
+    decisions are independent."""
     errs, mask = interpreted["dropout"], interpreted["dropout_mask"]
     assert all(e <= FP32_TOL for e in errs.values()), errs
     assert abs(mask["kept"] - 0.7) < 0.04 and abs(mask["changed"] - 0.42) < 0.06, mask
+    # neighbours are independent: both kept with probability 0.7^2 = 0.49 (~2,100 pairs each)
+    assert abs(mask["kept_pairs_along_keys"] - 0.49) < 0.05, mask
+    assert abs(mask["kept_pairs_along_queries"] - 0.49) < 0.05, mask
 
 
 def _cfg(dtype="float32"):

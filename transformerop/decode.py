@@ -187,7 +187,7 @@ class FusedRunner(StaticRunner):
     """decode=fused: the static cache, prefilled by the model itself, then each new token through
     kernels/triton_decode.py (5 kernels a layer) into fixed buffers a CUDA graph can replay."""
 
-    def __init__(self, model, batch_size, tiles=(32, 128)):
+    def __init__(self, model, batch_size, tiles=(4, 128)):
         super().__init__(model, batch_size)
         from kernels import triton_decode  # Triton loads only when this path is chosen
         self.kern = triton_decode

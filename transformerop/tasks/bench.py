@@ -36,6 +36,7 @@ from ..model.attention.softmax import get_softmax
 from ..runtime import (autocast, peak_memory_bytes, pick_device, reset_peak_memory, seed_everything, sync,
                        torch_dtype)
 from ..train import Trainer
+from .train import check as check_train
 from ..measure.profiler import profile_beside
 
 PROFILE_CALLS = 20  # bench.profile: calls averaged into kernel time per call
@@ -82,6 +83,8 @@ def check(cfg, device) -> None:
         raise ValueError(f"bench.seq_len={b.seq_len} exceeds model.block_size={cfg.model.block_size}")
     if b.target == "generate" and hasattr(decode, "check"):
         decode.check(cfg, device)
+    if b.target == "train_step":  # train.cuda_graph needs CUDA: skipped with that reason, not a crash
+        check_train(cfg, torch.device(device))
 
 
 def _dims(cfg) -> tuple:

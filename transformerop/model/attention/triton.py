@@ -15,8 +15,18 @@ import torch
 from .base import BackendUnavailable, CausalSelfAttention
 
 
+_module = []  # the imported kernels module: attend() runs per layer per step, keep its host path short
+
+
 def _kernels():
     """Import kernels.triton_attention; kernels/ sits at the repo root, beside the package."""
+    if _module:
+        return _module[0]
+    _module.append(_import())
+    return _module[0]
+
+
+def _import():
     try:
         return importlib.import_module("kernels.triton_attention")
     except ModuleNotFoundError as e:
