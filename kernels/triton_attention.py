@@ -189,12 +189,13 @@ def _fwd_kernel(Q, K, V, O, LSE, SEED, drop_thr, keep_scale, qk_scale, sqb, sqh,
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale, off,
                                T_K, drop_thr, rkeys, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
     acc = acc * (keep_scale / l_i)[:, None]  # keep_scale = 1 / (1 - p)
-    tl.store(O + o_rows[:, None] * HEAD_DIM + offs_d[None, :], acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+    o_ptrs = O + (b * T_Q * H + h) * HEAD_DIM + rows[:, None] * (H * HEAD_DIM) + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=row_ok[:, None])
     tl.store(LSE + o_rows, m_i + tl.log2(l_i), mask=row_ok)
 
 
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, hi, keys, offs_m, offs_d, qk_scale, off, T_Q,
+def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, so, lo, hi, keys, offs_m, offs_d, qk_scale, off, T_Q,
                 seed, drop_thr, keep_scale, rng_base, HEAD_DIM: tl.constexpr, MASK: tl.constexpr,
                 PREC: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr):
     # works on transposed scores (keys x queries) so dV = P^T dO and dK = dS^T Q need no transposes
@@ -203,7 +204,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, hi, keys, offs_m, off
         ok = rows < T_Q  # rows past T_Q load as zeros, so they add nothing to dK/dV
         q = tl.load(Q + rows[:, None] * sqt + offs_d[None, :], mask=ok[:, None], other=0.0)
         do = tl.load(DO + rows[:, None] * sdt + offs_d[None, :], mask=ok[:, None], other=0.0)
-        o = tl.load(O + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=ok[:, None], other=0.0)
+        o = tl.load(O + rows[:, None] * so + offs_d[None, :], mask=ok[:, None], other=0.0)
         lse = tl.load(LSE + rows, mask=ok, other=0.0)
         delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
         p_t = tl.exp2(tl.dot(k, tl.trans(q), input_precision=PREC) * qk_scale - lse[None, :])
@@ -254,7 +255,9 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
     K += b * skb + h * skh
     V += b * svb + h * svh
     DO += b * sdb + h * sdh
-    O += bh.to(tl.int64) * T_Q * HEAD_DIM  # O, LSE, dQ, dK, dV: ours, contiguous
+    # ours: LSE (B*H, T_Q) contiguous; O, dQ, dK, dV (B, T, H, D) in memory (see _bthd)
+    so = H * HEAD_DIM
+    O += (b * T_Q * H + h) * HEAD_DIM
     LSE += bh.to(tl.int64) * T_Q
     offs_d = tl.arange(0, HEAD_DIM)
     off = T_K - T_Q  # query row i sits at key position i + off
@@ -273,15 +276,15 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
             lo = (tl.maximum(start_n - off, 0) // BLOCK_N) * BLOCK_N
             m_full = tl.cdiv(tl.maximum(start_n + BLOCK_M - 1 - off, 0), BLOCK_N) * BLOCK_N
             m_full = tl.minimum(m_full, tl.cdiv(T_Q, BLOCK_N) * BLOCK_N)
-            dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, lo, m_full, keys, offs_m, offs_d, qk_scale,
+            dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, so, lo, m_full, keys, offs_m, offs_d, qk_scale,
                                  off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM, True, PREC, DROPOUT,
                                  BLOCK_N)
         else:
             m_full = 0
-        dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, m_full, T_Q, keys, offs_m, offs_d, qk_scale,
+        dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, so, m_full, T_Q, keys, offs_m, offs_d, qk_scale,
                              off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM, False, PREC, DROPOUT,
                              BLOCK_N)
-        out = (bh.to(tl.int64) * T_K + keys[:, None]) * HEAD_DIM + offs_d[None, :]
+        out = (b * T_K * H + h) * HEAD_DIM + keys[:, None] * so + offs_d[None, :]
         tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok[:, None])
         tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
     else:  # dQ for queries [start_m, start_m + BLOCK_M): walk the keys they see, like the forward
@@ -290,7 +293,7 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
         ok = rows < T_Q
         q = tl.load(Q + rows[:, None] * sqt + offs_d[None, :], mask=ok[:, None], other=0.0)
         do = tl.load(DO + rows[:, None] * sdt + offs_d[None, :], mask=ok[:, None], other=0.0)
-        o = tl.load(O + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=ok[:, None], other=0.0)
+        o = tl.load(O + rows[:, None] * so + offs_d[None, :], mask=ok[:, None], other=0.0)
         lse = tl.load(LSE + rows, mask=ok, other=0.0)
         delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
         dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
@@ -306,7 +309,7 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
                        drop_thr, keep_scale, rkeys, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
         dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
                        drop_thr, keep_scale, rkeys, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
-        out = (bh.to(tl.int64) * T_Q + rows[:, None]) * HEAD_DIM + offs_d[None, :]
+        out = (b * T_Q * H + h) * HEAD_DIM + rows[:, None] * so + offs_d[None, :]
         tl.store(DQ + out, (dq * sm_scale).to(DQ.dtype.element_ty), mask=ok[:, None])
 
 
@@ -314,6 +317,13 @@ def _empty(shape, dtype, device):
     if poison_outputs:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _bthd(B, H, T, D, dtype, device):
+    """A (B, H, T, D) output laid out as (B, T, H, D) in memory: the model's transpose(1, 2)
+    .contiguous() after attention is then free, and so are the gradients' way back into the
+    fused qkv projection (contiguous (B, H, T, D) grads cost 4 strided copies a layer)."""
+    return _empty((B, T, H, D), dtype, device).transpose(1, 2)
 
 
 def _bucket(t):
@@ -335,7 +345,7 @@ def _consts(D, causal, prec, seed):
 def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
     B, H, t_q, D = q.shape
     t_k = k.shape[2]
-    o = _empty((B, H, t_q, D), q.dtype, q.device)
+    o = _bthd(B, H, t_q, D, q.dtype, q.device)
     lse = _empty((B * H, t_q), torch.float32, q.device)
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk = _bucket(t_q), _bucket(t_k)
@@ -351,9 +361,8 @@ def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
 def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
     B, H, t_q, D = q.shape
     t_k = k.shape[2]
-    dq = _empty((B, H, t_q, D), q.dtype, q.device)
-    dk = _empty((B, H, t_k, D), k.dtype, k.device)
-    dv = _empty((B, H, t_k, D), v.dtype, v.device)
+    dq = _bthd(B, H, t_q, D, q.dtype, q.device)
+    dk, dv = (_bthd(B, H, t_k, D, k.dtype, k.device) for _ in range(2))
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk = _bucket(t_q), _bucket(t_k)
     launch(_bwd_kernel, lambda c: (triton.cdiv(t_k, c["BLOCK_M"]) + triton.cdiv(t_q, c["BLOCK_M"]), B * H),
