@@ -23,7 +23,7 @@ def timing(median, spread=0.1, predicted=None):
 
 
 def job(sweep, num, overrides, study=("demo", "decode=recompute"), status="ok", timings=None, metrics=None,
-        history=None, error=None, logger="none", task="bench", goals=()):
+        history=None, error=None, logger="none", task="bench", goals=(), tables=None):
     d = sweep / str(num)
     d.mkdir(parents=True)
     record = {"status": status, "error": {"type": "RuntimeError", "message": error, "traceback": ""} if error else None,
@@ -31,7 +31,7 @@ def job(sweep, num, overrides, study=("demo", "decode=recompute"), status="ok", 
               "study": {"name": study[0], "baseline": study[1], "smoke": False, "goals": list(goals)}, "tags": [],
               "config": {"logger": {"name": logger, "mode": "offline", "project": "transformerop-test"},
                          "train": {"target_loss": None}},
-              "metrics": metrics or {}, "timings": timings or {}, "tables": {}, "history": history or [],
+              "metrics": metrics or {}, "timings": timings or {}, "tables": tables or {}, "history": history or [],
               "env": ENV, "wandb": {"mode": "off"}, "job_dir": str(d), "started": "2026-11-30T12:00:00", "wall_s": 1.5}
     (d / "results.json").write_text(json.dumps(record))
 
@@ -134,6 +134,26 @@ def test_goals_set_the_best_matching_row_beside_the_reference(tmp_path):
     goals[0]["goal"] = 50000  # 25,000 / 50,000: half of it is missing
     (sweep / "0" / "results.json").write_text((sweep / "0" / "results.json").read_text().replace("20000", "50000"))
     assert "| decode=compiled | missed by 50% |" in R.report([sweep], use_wandb=False)["md"].read_text()
+
+
+def test_a_missed_goal_shows_its_rows_kernel_profile_beside_the_baselines(tmp_path):
+    """bench.profile rows: the bound column reads the profile, and a miss lists the row's top
+    kernels with the baseline row's own kernel time (the like-for-like GPU figure)."""
+    goals = [{"what": "fwd vs sdpa", "metric": "attention_fwd_median_ms", "exclude": ["attention=sdpa"],
+              "reference": 0.026, "goal_x_baseline": 1.0}]
+    cols = ["kernel", "us_per_call", "launches_per_call", "median_us"]
+    sweep = tmp_path / "s"
+    for i, (name, ms, kern) in enumerate([("sdpa", 0.027, 21.7), ("triton", 0.030, 24.8)]):
+        t = {**timing(ms, 0.001, ms / 2), "kernel_us": kern, "kernels": 1, "gpu_busy": kern / (ms * 1e3)}
+        job(sweep, i, [f"attention={name}"], study=("attn", "attention=sdpa"), goals=goals,
+            timings={"attention_fwd": t, "attention_fwd_bwd": timing(ms * 4, 0.001, ms)},
+            tables={"attention_fwd_kernels": {"columns": cols, "rows": [[f"{name}_fwd_kernel", kern, 1, kern]]}})
+    md = R.report([sweep], use_wandb=False)["md"].read_text()
+    row = next(ln for ln in md.splitlines() if ln.startswith("| fwd vs sdpa"))
+    assert "| 0.90x (0.03 attention_fwd_median_ms) | attention=triton | missed by 10% |" in row
+    assert "profile: kernels busy 83% of the wall time (1 kernels, 25 us of kernel time per call)" in row
+    assert "the baseline row (attention=sdpa) spends 21.7 us in kernels per call, GPU busy 80%" in md
+    assert "| triton_fwd_kernel | 24.8 | 1 | 24.8 |" in md and "| sdpa_fwd_kernel |" not in md
 
 
 def test_empty_or_missing_dir_is_a_clear_error(tmp_path, capsys):

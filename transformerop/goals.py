@@ -65,8 +65,51 @@ def judge(g, df, records) -> dict:
     return out
 
 
+def _kernel_table(r, metric: str):
+    """The profiled kernels behind a row's metric (bench: <region>_kernels, train: train_step_kernels,
+    decode: kernels), or None when that job was not profiled."""
+    tables = r.get("tables") or {}
+    region = metric.removesuffix("_median_ms") if metric.endswith("_median_ms") else None
+    names = [f"{region}_kernels"] if region else []
+    names += [f"{n}_kernels" for n in (r.get("timings") or {})] + ["kernels"]
+    return next((tables[n] for n in names if n in tables), None)
+
+
+def _baseline_kernels(g, df, records) -> str:
+    """For a goal against the baseline: that row's own kernel time, the like-for-like GPU figure."""
+    if not g.get("goal_x_baseline"):
+        return ""
+    region = g["metric"].removesuffix("_median_ms")
+    for i, r in enumerate(records):
+        t = (r.get("timings") or {}).get(region) or next(iter((r.get("timings") or {}).values()), {})
+        if df["is_baseline"][i] and _matches(parse_overrides(r.get("overrides")), {"where": g.get("where")}) \
+                and _num(t.get("kernel_us")):
+            return (f"; the baseline row ({df['label'][i]}) spends {t['kernel_us']:.1f} us in kernels per call, "
+                    f"GPU busy {t['gpu_busy']:.0%}")
+    return ""
+
+
+def profiles(goals, df, records, top: int = 5) -> list:
+    """Markdown: for each missed goal whose best row was profiled, that row's top kernels."""
+    lines = []
+    for g in goals:
+        j = judge(g, df, records)
+        if j.get("ours") is None or j["verdict"] == "met":
+            continue
+        i = next(k for k, label in enumerate(df["label"]) if label == j["row"])
+        t = _kernel_table(records[i], g["metric"])
+        if not t:
+            continue
+        lines += [f"**Profile of the best row for \"{j['what']}\"** ({j['row']}; top {top} kernels by time)"
+                  + _baseline_kernels(g, df, records) + ":", "",
+                  "| " + " | ".join(t["columns"]) + " |", "|" + "---|" * len(t["columns"])]
+        lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in t["rows"][:top]] + [""]
+    return lines
+
+
 def section(goals, df, records) -> list:
-    """Markdown lines: one table row per goal (empty when the study has none)."""
+    """Markdown lines: one table row per goal, then the profiles of the missed ones (empty when
+    the study has no goals)."""
     if not goals:
         return []
     lines = ["## Against the references", "", "| what | reference | goal | ours (best row) | row | verdict | "
@@ -79,4 +122,4 @@ def section(goals, df, records) -> list:
                                             if g.get("goal_x_baseline") else f"{fmt(j['ours'], metric)} {metric}")
         lines.append(f"| {j['what']} | {fmt(j['reference'], metric)} | {goal} | {ours} | {j['row']} | "
                      f"{j['verdict']} | {j['bound']} | {j['note']} |")
-    return lines + [""]
+    return lines + [""] + profiles(goals, df, records)
