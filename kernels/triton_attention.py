@@ -10,10 +10,9 @@ launches, or a separate delta kernel, was slower at B 64, H 6, T 256, D 64.)
 
 fp32 inputs go through tl.dot with TF32 tensor cores by default (allow_tf32=True); pass
 allow_tf32=False for IEEE fp32. bf16/fp16 use their tensor cores with fp32 accumulation.
-Attention dropout is fused: each kept/dropped decision is a hash of (seed, (b*H + h)*Tq + query,
-key), so the backward regenerates exactly the forward's mask and nothing T x T is stored. The seed is a
-1-element device tensor drawn from torch's CUDA RNG, so a CUDA-graphed train step gets a new mask
-on every replay. delta = rowsum(dO*O) still holds with dropout, since O is the dropped output.
+Attention dropout is fused (kernels/triton_dropout.py): the backward regenerates the forward's
+mask from its seed; delta = rowsum(dO*O) still holds, since O is the dropped output. O and the
+gradients are written in (B, T, H, D) memory order (see _bthd).
 
 Autotuning is keyed on power-of-two buckets of (Tq, Tk) plus head dim, dtype, causal and
 precision, so decoding (Tk grows by one each step) re-tunes only when Tk crosses a power of two.
@@ -29,6 +28,7 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
+from .triton_dropout import kept, load_seed, row_keys, seed_tensor, threshold
 from .triton_launch import launch
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -94,44 +94,6 @@ def _visible(rows, cols, off, T_K, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def _seed(SEED, DROPOUT: tl.constexpr):
-    if DROPOUT:
-        return tl.load(SEED)
-    else:
-        return 0
-
-
-@triton.jit
-def _mix(x):
-    """murmur3's 32-bit finalizer: each input bit flips each output bit with probability ~1/2."""
-    x ^= x >> 16
-    x *= 0x85EBCA6B
-    x ^= x >> 13
-    x *= 0xC2B2AE35
-    x ^= x >> 16
-    return x
-
-
-@triton.jit
-def _row_keys(seed, rows, DROPOUT: tl.constexpr):
-    """Per score row ((b*H + h)*Tq + query, int64) a 32-bit key mixed from it and the seed."""
-    if DROPOUT:
-        k = _mix(rows.to(tl.uint32) ^ seed.to(tl.uint32))
-        return _mix(k ^ (rows >> 32).to(tl.uint32) ^ (seed >> 32).to(tl.uint32))
-    else:
-        return rows
-
-
-@triton.jit
-def _kept(row_keys, keys, drop_thr):
-    """Dropout's keep decision for (row key, key index), broadcast: one integer hash per element
-    (Philox's 10 rounds per element made the forward 4x slower on the H200). Its top 24 bits
-    against p * 2^24."""
-    h = _mix(row_keys ^ (keys.to(tl.uint32) * 0x9E3779B9))
-    return (h >> 8).to(tl.int32) >= drop_thr
-
-
-@triton.jit
 def _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
                drop_thr, rkeys, MASK: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr,
                DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -147,7 +109,7 @@ def _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, lo, hi, rows, offs_n, offs_d, q
         alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)  # the softmax sum sees every key, kept or dropped
         if DROPOUT:
-            p = tl.where(_kept(rkeys[:, None], cols[None, :], drop_thr), p, 0.0)
+            p = tl.where(kept(rkeys[:, None], cols[None, :], drop_thr), p, 0.0)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PREC)
         m_i = m_new
     return acc, m_i, l_i
@@ -183,7 +145,7 @@ def _fwd_kernel(Q, K, V, O, LSE, SEED, drop_thr, keep_scale, qk_scale, sqb, sqh,
         hi = T_K
     # O and LSE are ours, contiguous: (B*H, T_Q, D) and (B*H, T_Q)
     o_rows = bh.to(tl.int64) * T_Q + rows
-    rkeys = _row_keys(_seed(SEED, DROPOUT), o_rows, DROPOUT)
+    rkeys = row_keys(load_seed(SEED, DROPOUT), o_rows, DROPOUT)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, 0, n_full, rows, offs_n, offs_d, qk_scale, off,
                                T_K, drop_thr, rkeys, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
     acc, m_i, l_i = _fwd_inner(acc, m_i, l_i, q, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale, off,
@@ -212,7 +174,7 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, so, lo, hi, keys, offs_m,
             p_t = tl.where(keys[:, None] <= rows[None, :] + off, p_t, 0.0)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PREC)
         if DROPOUT:  # the forward's mask, regenerated: dV = P_drop^T dO, dP = dP_drop * keep / (1-p)
-            keep = _kept(_row_keys(seed, rng_base + rows, DROPOUT)[None, :], keys[:, None], drop_thr)
+            keep = kept(row_keys(seed, rng_base + rows, DROPOUT)[None, :], keys[:, None], drop_thr)
             dv = tl.dot(tl.where(keep, p_t * keep_scale, 0.0).to(do.dtype), do, dv, input_precision=PREC)
             dp_t = tl.where(keep, dp_t * keep_scale, 0.0)
         else:
@@ -234,7 +196,7 @@ def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_
             p = tl.where(_visible(rows, cols, off, T_K, CAUSAL), p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         if DROPOUT:
-            dp = tl.where(_kept(rkeys[:, None], cols[None, :], drop_thr), dp * keep_scale, 0.0)
+            dp = tl.where(kept(rkeys[:, None], cols[None, :], drop_thr), dp * keep_scale, 0.0)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PREC)
     return dq
@@ -261,7 +223,7 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
     LSE += bh.to(tl.int64) * T_Q
     offs_d = tl.arange(0, HEAD_DIM)
     off = T_K - T_Q  # query row i sits at key position i + off
-    seed = _seed(SEED, DROPOUT)
+    seed = load_seed(SEED, DROPOUT)
     rng_base = bh.to(tl.int64) * T_Q
     if pid < tl.cdiv(T_K, BLOCK_M):  # dK, dV for keys [start_n, start_n + BLOCK_M)
         start_n = pid * BLOCK_M  # first key tiles see the most queries and launch first
@@ -304,7 +266,7 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
         else:
             n_full = (T_K // BLOCK_N) * BLOCK_N
             hi = T_K
-        rkeys = _row_keys(seed, rng_base + rows, DROPOUT)
+        rkeys = row_keys(seed, rng_base + rows, DROPOUT)
         dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, 0, n_full, rows, offs_n, offs_d, qk_scale, off, T_K,
                        drop_thr, keep_scale, rkeys, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
         dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
@@ -334,10 +296,6 @@ def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _threshold(p_drop):
-    return int(round(p_drop * 2 ** 24))  # dropped when a hash's top 24 bits fall below it
-
-
 def _consts(D, causal, prec, seed):
     return dict(HEAD_DIM=D, CAUSAL=causal, PREC=prec, DROPOUT=seed is not None)
 
@@ -352,7 +310,7 @@ def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
     launch(_fwd_kernel, lambda c: (triton.cdiv(t_q, c["BLOCK_M"]), B * H),
            ("fwd", q.device, q.dtype, bq, bk, D, causal, prec, seed is not None),
            force_configs and force_configs[0],
-           (q, k, v, o, lse, lse if seed is None else seed, _threshold(p_drop), 1.0 / (1.0 - p_drop), sm_scale * LOG2E,
+           (q, k, v, o, lse, lse if seed is None else seed, threshold(p_drop), 1.0 / (1.0 - p_drop), sm_scale * LOG2E,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], H, t_q, t_k, bq, bk),
            _consts(D, causal, prec, seed))
     return o, lse
@@ -368,18 +326,10 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, see
     launch(_bwd_kernel, lambda c: (triton.cdiv(t_k, c["BLOCK_M"]) + triton.cdiv(t_q, c["BLOCK_M"]), B * H),
            ("bwd", q.device, q.dtype, bq, bk, D, causal, prec, seed is not None),
            force_configs and force_configs[1],
-           (q, k, v, do, o, lse, dq, dk, dv, lse if seed is None else seed, _threshold(p_drop), 1.0 / (1.0 - p_drop),
+           (q, k, v, do, o, lse, dq, dk, dv, lse if seed is None else seed, threshold(p_drop), 1.0 / (1.0 - p_drop),
             sm_scale, sm_scale * LOG2E, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
             H, t_q, t_k, bq, bk), _consts(D, causal, prec, seed))
     return dq, dk, dv
-
-
-def _seed_tensor(seed, device):
-    """Dropout's seed as a 1-element device tensor: drawn from torch's RNG on `device`
-    (graph-safe: a captured step draws a new one per replay) unless given (tests)."""
-    if seed is None:
-        return torch.randint(0, 2 ** 62, (1,), device=device)
-    return torch.tensor([int(seed)], dtype=torch.int64, device=device)
 
 
 class TritonAttentionFn(torch.autograd.Function):
@@ -389,7 +339,7 @@ class TritonAttentionFn(torch.autograd.Function):
     def forward(ctx, q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None):
         q, k, v = _check(q, k, v, causal, dropout_p)
         sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-        seed = _seed_tensor(seed, q.device) if dropout_p > 0 else None
+        seed = seed_tensor(seed, q.device) if dropout_p > 0 else None
         o, lse = _forward(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)
         ctx.save_for_backward(q, k, v, o, lse, seed)
         ctx.causal, ctx.sm_scale, ctx.allow_tf32, ctx.dropout_p = causal, sm_scale, allow_tf32, dropout_p
@@ -435,5 +385,5 @@ def attention(q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.
         return TritonAttentionFn.apply(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)
     q, k, v = _check(q, k, v, causal, dropout_p)  # inference (decode): no autograd bookkeeping
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
-    seed = _seed_tensor(seed, q.device) if dropout_p > 0 else None
+    seed = seed_tensor(seed, q.device) if dropout_p > 0 else None
     return _forward(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)[0]
