@@ -89,11 +89,11 @@ def _baseline_kernels(g, df, records) -> str:
     return ""
 
 
-def profiles(goals, df, records, top: int = 5) -> list:
-    """Markdown: for each missed goal whose best row was profiled, that row's top kernels."""
+def profiles(goals, judged, df, records, top: int = 5) -> list:
+    """Markdown: for each missed goal (judged: judge()'s verdicts) whose best row was profiled,
+    that row's top kernels."""
     lines = []
-    for g in goals:
-        j = judge(g, df, records)
+    for g, j in zip(goals, judged):
         if j.get("ours") is None or j["verdict"] == "met":
             continue
         i = next(k for k, label in enumerate(df["label"]) if label == j["row"])
@@ -114,12 +114,13 @@ def section(goals, df, records) -> list:
         return []
     lines = ["## Against the references", "", "| what | reference | goal | ours (best row) | row | verdict | "
              "what bounds it (that row's measurements) | note |", "|---|---|---|---|---|---|---|---|"]
-    for g in goals:
-        j, metric = judge(g, df, records), g["metric"]
+    judged = [judge(g, df, records) for g in goals]
+    for g, j in zip(goals, judged):
+        metric = g["metric"]
         goal = f"{g['goal_x_baseline']}x baseline" if g.get("goal_x_baseline") else \
             ("<= " if _direction(g, metric) == LOWER else ">= ") + fmt(g.get("goal"), metric)
         ours = "" if j["ours"] is None else (f"{j['ours']:.2f}x ({fmt(j['value'], metric)} {metric})"
                                             if g.get("goal_x_baseline") else f"{fmt(j['ours'], metric)} {metric}")
         lines.append(f"| {j['what']} | {fmt(j['reference'], metric)} | {goal} | {ours} | {j['row']} | "
                      f"{j['verdict']} | {j['bound']} | {j['note']} |")
-    return lines + [""] + profiles(goals, df, records)
+    return lines + [""] + profiles(goals, judged, df, records)

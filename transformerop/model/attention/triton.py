@@ -1,10 +1,11 @@
 """Fused causal attention through the Triton kernels in kernels/triton_attention.py.
 
 Forward and backward are Triton kernels (backward = "kernel"). Attention dropout (model.dropout,
-in training) is fused into both: the backward regenerates the forward's mask from its seed. fp32 matmuls use TF32 tensor cores unless `attention.allow_tf32=false`
-is given. Decoding works against a KV cache (decode=kv_cache); an explicit mask (decode=static)
-is refused.
+in training) is fused into both: the backward regenerates the forward's mask from its seed.
+fp32 matmuls use TF32 tensor cores unless `attention.allow_tf32=false` is given. Decoding works
+against a KV cache (decode=kv_cache); an explicit mask (decode=static) is refused.
 """
+import functools
 import importlib
 import os
 import sys
@@ -15,18 +16,9 @@ import torch
 from .base import BackendUnavailable, CausalSelfAttention
 
 
-_module = []  # the imported kernels module: attend() runs per layer per step, keep its host path short
-
-
+@functools.cache  # attend() runs per layer per step: import once
 def _kernels():
     """Import kernels.triton_attention; kernels/ sits at the repo root, beside the package."""
-    if _module:
-        return _module[0]
-    _module.append(_import())
-    return _module[0]
-
-
-def _import():
     try:
         return importlib.import_module("kernels.triton_attention")
     except ModuleNotFoundError as e:
