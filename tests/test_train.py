@@ -122,3 +122,19 @@ def test_each_job_clock_pays_the_start_up_once(monkeypatch):
         monkeypatch.setattr(C.time, "time", lambda now=now: now)
         C.mark_job_start()
         assert C.launch_time() == launch
+
+
+def test_resume_keeps_the_lr_tensor_a_captured_step_reads():
+    """train.cuda_graph: the optimizer's lr is a tensor the graph reads; loading a checkpoint must
+    not swap in the checkpoint's copy (the schedule would then never reach the graph)."""
+    from transformerop.train import keep_lr_tensors, set_lr
+    w = torch.nn.Parameter(torch.ones(3))
+    lr = torch.tensor(0.1)
+    opt = torch.optim.AdamW([w], lr=lr, foreach=False)
+    saved = torch.optim.AdamW([torch.nn.Parameter(torch.ones(3))], lr=torch.tensor(0.5), foreach=False).state_dict()
+    lrs = [g["lr"] for g in opt.param_groups]
+    opt.load_state_dict(saved)
+    assert opt.param_groups[0]["lr"] is not lr  # what load_state_dict alone does
+    keep_lr_tensors(opt, lrs)
+    set_lr(opt, 0.25)
+    assert opt.param_groups[0]["lr"] is lr and lr.item() == 0.25

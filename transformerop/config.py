@@ -45,11 +45,12 @@ class AttentionConfig:
     version: int = 5  # cuda: kernel ladder v1..v5
     softmax: str = "torch"  # naive: torch | cuda_block | cuda_warp | cuda_adaptive
     softmax_threshold: int = 1024  # cuda_adaptive: rows at least this long use the block kernel
+    allow_tf32: bool = True  # triton, fp32: TF32 tensor cores in tl.dot (false: IEEE fp32)
 
 
 @dataclass
 class DecodeConfig:
-    name: str = "kv_cache"  # recompute | kv_cache | static | static_graph | compiled
+    name: str = "kv_cache"  # recompute | kv_cache | static | static_graph | compiled | fused
     keep: Optional[int] = None  # past block_size: re-prefill the last `keep` tokens (None: block_size // 2)
     # decode=fused: outputs per program and reduction chunk of its matvecs (powers of two). Fewer
     # outputs per program = more programs on the SMs; a sweep over them decides, not a guess.

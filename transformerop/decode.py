@@ -39,8 +39,6 @@ import torch
 PATHS = ("recompute", "kv_cache", "static", "static_graph", "compiled", "fused")
 MASKED_PATHS = ("static", "static_graph", "compiled", "fused")  # attend under an explicit validity mask (prefill)
 GRAPHED = ("static_graph", "fused")  # one decode step captured in a CUDA graph when on CUDA
-# Backends known to refuse an explicit mask, for backends that do not declare `accepts_mask`.
-_MASKLESS = ("cuda", "triton")
 WARMUP_STEPS = 3
 
 
@@ -69,8 +67,7 @@ def check(cfg, device) -> None:
     if not getattr(backend, "supports_cache", False):
         raise ValueError(f"attention={cfg.attention.name} cannot attend against a KV cache (decode={path}): "
                          "use decode=recompute, or attention=naive|sdpa")
-    accepts_mask = getattr(backend, "accepts_mask", cfg.attention.name not in _MASKLESS)
-    if path in MASKED_PATHS and not accepts_mask:
+    if path in MASKED_PATHS and not getattr(backend, "accepts_mask", True):
         raise ValueError(f"decode={path} attends over a preallocated cache under an explicit mask, which "
                          f"attention={cfg.attention.name} refuses: use decode=kv_cache, or attention=sdpa|naive")
 
@@ -115,8 +112,9 @@ class StaticKVCache:
         self.k, self.v, self.index, self.mask = k, v, index, mask
 
     def update(self, k, v):
-        self.k.index_copy_(2, self.index, k)
-        self.v.index_copy_(2, self.index, v)
+        # the cache keeps the weights' dtype; under autocast (bench, fp32 weights) k/v arrive bf16
+        self.k.index_copy_(2, self.index, k.to(self.k.dtype))
+        self.v.index_copy_(2, self.index, v.to(self.v.dtype))
         return self.k, self.v, self.mask
 
 
@@ -187,11 +185,13 @@ class FusedRunner(StaticRunner):
     """decode=fused: the static cache, prefilled by the model itself, then each new token through
     kernels/triton_decode.py (5 kernels a layer) into fixed buffers a CUDA graph can replay."""
 
-    def __init__(self, model, batch_size, tiles=(4, 128)):
+    def __init__(self, model, batch_size, tiles=None):
         super().__init__(model, batch_size)
         from kernels import triton_decode  # Triton loads only when this path is chosen
         self.kern = triton_decode
-        self.tiles = {"block_n": tiles[0], "block_k": tiles[1]}  # matvec tile (decode.block_n / block_k)
+        from .config import DecodeConfig
+        block_n, block_k = tiles or (DecodeConfig.block_n, DecodeConfig.block_k)  # one default: the schema's
+        self.tiles = {"block_n": block_n, "block_k": block_k}  # matvec tile (decode.block_n / block_k)
         C, dt, dev = model.cfg.n_embd, next(model.parameters()).dtype, model_device(model)
         self.x = torch.zeros(batch_size, C, device=dev, dtype=dt)  # the residual stream
         self.x2 = torch.zeros_like(self.x)
@@ -247,7 +247,7 @@ class Decoder:
         self.t = torch.zeros((), dtype=torch.long, device=device)  # column of out being produced
         self.noise = (torch.zeros(total_len, batch_size, model.vocab_size, device=device)
                       if temperature > 0 else None)  # one (B, V) row of Gumbel noise per column
-        self.runner = RUNNERS[path](model, batch_size, **({"tiles": tiles} if tiles and path == "fused" else {}))
+        self.runner = RUNNERS[path](model, batch_size, **({"tiles": tiles} if path == "fused" else {}))
         self.step = self._step
         self.setup_s = 0.0
         start = time.perf_counter()
@@ -342,12 +342,13 @@ class Decoder:
 
 @torch.no_grad()
 def generate(model, idx, max_new_tokens: int, temperature: float = 1.0, top_k=None, path: str = "recompute",
-             generator=None, keep=None):
-    """Append max_new_tokens to idx (B, T0) along `path`; see the module docstring for the window rule."""
+             generator=None, keep=None, tiles=None):
+    """Append max_new_tokens to idx (B, T0) along `path`; see the module docstring for the window rule.
+    tiles: decode=fused's (decode.block_n, decode.block_k), None = the config defaults."""
     was_training = model.training
     model.eval()
     try:
-        dec = Decoder(model, path, idx.size(0), idx.size(1) + max_new_tokens, temperature, top_k, keep)
+        dec = Decoder(model, path, idx.size(0), idx.size(1) + max_new_tokens, temperature, top_k, keep, tiles)
         return dec(idx, generator).clone()
     finally:
         model.train(was_training)

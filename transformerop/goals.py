@@ -26,6 +26,13 @@ def _matches(o: dict, g) -> bool:
     return (not g.get("where") or _any(o, g["where"])) and not _any(o, g.get("exclude"))
 
 
+def _timing(r, metric: str) -> dict:
+    """The timing row behind a metric: its region's (attention_fwd_median_ms -> attention_fwd), else
+    the record's first."""
+    timings = r.get("timings") or {}
+    return timings.get(metric.removesuffix("_median_ms")) or next(iter(timings.values()), {})
+
+
 def _bound(r, metric: str) -> str:
     """What the best row's own measurements say bounds it: the kernel profile's GPU time against
     the wall time (decode: per token; bench, train: per call or step), then the roofline's
@@ -34,8 +41,7 @@ def _bound(r, metric: str) -> str:
     if _num(m.get("gpu_busy")):
         return (f"profile: kernels busy {m['gpu_busy']:.0%} of the wall time: {m['kernels_per_token']:.0f} "
                 f"kernels, {m['kernel_us_per_token']:.0f} us of kernel time per token")
-    timings = r.get("timings") or {}
-    t = timings.get(metric.removesuffix("_median_ms")) or next(iter(timings.values()), {})
+    t = _timing(r, metric)
     parts = [f"profile: kernels busy {t['gpu_busy']:.0%} of the wall time ({t['kernels']:.0f} kernels, "
              f"{t['kernel_us']:.0f} us of kernel time per call)" if _num(t.get("gpu_busy")) else "",
              f"roofline: {t['bound']}-bound" if t.get("bound") else "",
@@ -59,7 +65,7 @@ def judge(g, df, records) -> dict:
     ours = float(df[col][best])
     met = ours <= target if lower else ours >= target
     gap = (ours / target - 1) if lower else (1 - ours / target)
-    out.update(ours=ours, row=df["label"][best], bound=_bound(records[best], metric),
+    out.update(ours=ours, row=df["label"][best], index=best, bound=_bound(records[best], metric),
                value=float(df[metric][best]) if metric in df else None,
                verdict="met" if met else f"missed by {gap:.0%}" if math.isfinite(gap) else "missed")
     return out
@@ -79,9 +85,8 @@ def _baseline_kernels(g, df, records) -> str:
     """For a goal against the baseline: that row's own kernel time, the like-for-like GPU figure."""
     if not g.get("goal_x_baseline"):
         return ""
-    region = g["metric"].removesuffix("_median_ms")
     for i, r in enumerate(records):
-        t = (r.get("timings") or {}).get(region) or next(iter((r.get("timings") or {}).values()), {})
+        t = _timing(r, g["metric"])
         if df["is_baseline"][i] and _matches(parse_overrides(r.get("overrides")), {"where": g.get("where")}) \
                 and _num(t.get("kernel_us")):
             return (f"; the baseline row ({df['label'][i]}) spends {t['kernel_us']:.1f} us in kernels per call, "
@@ -96,8 +101,7 @@ def profiles(goals, judged, df, records, top: int = 5) -> list:
     for g, j in zip(goals, judged):
         if j.get("ours") is None or j["verdict"] == "met":
             continue
-        i = next(k for k, label in enumerate(df["label"]) if label == j["row"])
-        t = _kernel_table(records[i], g["metric"])
+        t = _kernel_table(records[j["index"]], g["metric"])
         if not t:
             continue
         lines += [f"**Profile of the best row for \"{j['what']}\"** ({j['row']}; top {top} kernels by time)"

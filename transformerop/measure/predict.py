@@ -11,7 +11,7 @@ import torch
 from . import calibration, roofline as R
 
 
-def _price(flops: float, bytes_: float, kernels: float, device, dtype_name: str, cal: dict,
+def price(flops: float, bytes_: float, kernels: float, device, dtype_name: str, cal: dict,
            launch_key: str, tf32: bool | None = None) -> dict:
     """Turn work (FLOPs, bytes, kernel launches) into a predicted time on this device. launch_key
     picks the per-kernel host cost: op_train_us (train step), op_infer_us (eager inference),
@@ -63,7 +63,7 @@ def predict_train_step(cfg, vocab_size: int, device, seq_len: int | None = None,
     bytes_ = R.train_step_bytes(s, tokens, T, el)
     kernels = R.kernels_per_train_step(s, bf16=t.dtype == "bfloat16", fused_optimizer=device.type == "cuda",
                                        grad_clip=t.grad_clip > 0, micro_steps=t.grad_accum)
-    pred = _price(flops, bytes_, kernels, device, t.dtype, cal, "op_train_us")
+    pred = price(flops, bytes_, kernels, device, t.dtype, cal, "op_train_us")
     p = R.param_memory(s)
     act = B * T * R.activation_bytes_per_token(s, T, el, training=True)
     return {**pred, "tokens": tokens, "params": R.param_count(s),
@@ -81,7 +81,7 @@ def predict_forward(cfg, vocab_size: int, device, batch: int, seq_len: int, grap
     tokens = batch * seq_len
     flops = tokens * R.flops_per_token(s, seq_len)["forward"]
     kernels = R.kernels_per_forward(s, bf16=dt == "bfloat16")
-    pred = _price(flops, R.forward_bytes(s, tokens, seq_len, el), kernels, device, dt, cal,
+    pred = price(flops, R.forward_bytes(s, tokens, seq_len, el), kernels, device, dt, cal,
                   "graph_node_us" if graph else "op_infer_us")
     live = tokens * R.inference_live_bytes_per_token(s, seq_len, el)
     return {**pred, "tokens": tokens, **_memory(weights=R.param_memory(s)["weights"], activations=live)}
@@ -103,9 +103,9 @@ def predict_generate(cfg, vocab_size: int, device, batch: int, prompt_len: int, 
         steps[0] = {"flops": batch * prompt_len * R.flops_per_token(s, prompt_len)["forward"],
                     "bytes": R.forward_bytes(s, batch * prompt_len, prompt_len, el)}
     flops, bytes_ = sum(x["flops"] for x in steps), sum(x["bytes"] for x in steps)
-    kernels = new_tokens * (R.kernels_per_forward(s, bf16=dt == "bfloat16") + 4)  # + sample, append
+    kernels = new_tokens * R.kernels_per_decode_token(s, bf16=dt == "bfloat16")
     graph = device.type == "cuda" and path in ("static_graph", "compiled")
-    pred = _price(flops, bytes_, kernels, device, dt, cal, "graph_node_us" if graph else "op_infer_us")
+    pred = price(flops, bytes_, kernels, device, dt, cal, "graph_node_us" if graph else "op_infer_us")
     kv = R.kv_cache_bytes(s, batch, min(prompt_len + new_tokens, s.block_size), el) if cached else 0
     live = batch * (prompt_len + new_tokens) * R.inference_live_bytes_per_token(s, prompt_len + new_tokens, el)
     return {**pred, "tokens": batch * new_tokens,
@@ -116,7 +116,7 @@ def predict_op(cost: dict, kernels: int, device, dtype_name: str, ceilings: dict
                tf32: bool | None = None) -> dict:
     """An op-level target (matmul, softmax, attention) from its roofline cost dict."""
     cal = ceilings or calibration.load(device)
-    return _price(cost["flops"], cost["bytes"], kernels, device, dtype_name, cal, "launch_us", tf32)
+    return price(cost["flops"], cost["bytes"], kernels, device, dtype_name, cal, "launch_us", tf32)
 
 
 def compare(measured_ms: float, predicted_ms: float, threshold: float) -> dict:

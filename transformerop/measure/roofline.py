@@ -236,6 +236,11 @@ def kernels_per_forward(s: GPTShape, training: bool = False, with_loss: bool = F
     return s.n_layer * per_layer + model + loss
 
 
+def kernels_per_decode_token(s: GPTShape, bf16: bool = False) -> int:
+    """One eager decode step: a forward, then sample and append (4 small ops)."""
+    return kernels_per_forward(s, bf16=bf16) + 4
+
+
 def kernels_per_train_step(s: GPTShape, bf16: bool = False, fused_optimizer: bool = True,
                            grad_clip: bool = True, micro_steps: int = 1) -> int:
     """Per micro-step: batch draw (~4) + forward + backward (~3x forward: each Linear's backward

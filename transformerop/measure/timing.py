@@ -20,7 +20,8 @@ import time
 import torch
 
 
-def _stats(times_ms: list, warmup: str, method: str, calls_per_repeat: int) -> dict:
+def summarize(times_ms: list, warmup: str, method: str, calls_per_repeat: int = 1) -> dict:
+    """The stats dict every timing row carries (see the module docstring for the keys)."""
     ts = sorted(times_ms)
     q = statistics.quantiles(ts, n=4, method="inclusive") if len(ts) >= 2 else [ts[0], ts[0], ts[0]]
     return {"median_ms": statistics.median(ts), "p25_ms": q[0], "p75_ms": q[2], "min_ms": ts[0],
@@ -38,7 +39,7 @@ def measure(fn, device, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_repe
         if len(times) < min_repeats:  # a slow region: do_bench ran it too few times for a spread
             times += list(do_bench(fn, warmup=0, rep=rep_ms * min_repeats / max(1, len(times)),
                                    return_mode="all"))
-        return _stats(times, f"{warmup_ms} ms (do_bench)", "triton.testing.do_bench", 1)
+        return summarize(times, f"{warmup_ms} ms (do_bench)", "triton.testing.do_bench", 1)
     from torch.utils import benchmark
 
     calls, t0 = 0, time.perf_counter()
@@ -55,4 +56,4 @@ def measure(fn, device, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_repe
     while len(times) < min_repeats:  # the same block size, so every sample averages as many calls
         times.append(timer.timeit(number).mean * 1e3)
     method = "torch.utils.benchmark" + (" (process CPU time)" if clock == "process" else "")
-    return _stats(times, f"{calls} calls ({warmup_ms} ms)", method, number)
+    return summarize(times, f"{calls} calls ({warmup_ms} ms)", method, number)

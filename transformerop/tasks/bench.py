@@ -81,7 +81,7 @@ def check(cfg, device) -> None:
                          "use bench.target=forward")
     if b.target in ("forward", "generate") and b.seq_len and b.seq_len > cfg.model.block_size:
         raise ValueError(f"bench.seq_len={b.seq_len} exceeds model.block_size={cfg.model.block_size}")
-    if b.target == "generate" and hasattr(decode, "check"):
+    if b.target == "generate":
         decode.check(cfg, device)
     if b.target == "train_step":  # train.cuda_graph needs CUDA: skipped with that reason, not a crash
         check_train(cfg, torch.device(device))
@@ -239,7 +239,7 @@ def setup_generate(ctx: Ctx, data) -> list:
     def fn():
         with autocast(ctx.device, ctx.dtype_name):
             return decode.generate(model, prompt, new, temperature=g.temperature, top_k=g.top_k, path=path,
-                                   generator=gen)
+                                   generator=gen, tiles=(cfg.decode.block_n, cfg.decode.block_k))
 
     def verify():
         return {**ref.check_model_attention(model, ctx.B, ctx.T, ctx.dtype_name, ctx.device),

@@ -6,20 +6,16 @@ import torch
 
 from ..data import build_data
 from ..measure import calibration, roofline as R
-from ..measure.predict import predict_train_step
+from ..measure.predict import predict_train_step, price
 from ..runtime import pick_device
 
 
 def _decode_token(s, cal, device, dtype_name) -> dict:
     """One cached decode token, batch 1, at a full context: memory-bound unless launch-bound."""
     cost = R.decode_token_cost(s, 1, s.block_size, R.dtype_bytes(dtype_name), cached=True)
-    peak, _ = calibration.value(cal, calibration.flops_key(dtype_name, device))
-    bw, _ = calibration.value(cal, "bandwidth")
-    per_launch, _ = calibration.value(cal, "op_infer_us")
-    roof = R.roofline_ms(cost["flops"], cost["bytes"], peak, bw)
-    launch = R.launch_ms(R.kernels_per_forward(s, bf16=dtype_name == "bfloat16") + 4, per_launch)
-    return {"ms": R.combine_ms(roof["bound_ms"], launch, device.type == "cuda"),
-            "bound": "launch" if launch > roof["bound_ms"] else roof["bound"], "roofline_ms": roof["bound_ms"]}
+    p = price(cost["flops"], cost["bytes"], R.kernels_per_decode_token(s, bf16=dtype_name == "bfloat16"), device,
+              dtype_name, cal, "op_infer_us")
+    return {"ms": p["predicted_ms"], "bound": p["bound"], "roofline_ms": max(p["compute_ms"], p["memory_ms"])}
 
 
 def run(cfg) -> dict:

@@ -12,6 +12,7 @@ from ..model import build_model, count_params
 from ..runtime import peak_memory_bytes, pick_device, reset_peak_memory, seed_everything
 from ..measure.predict import flag_line, judge, predict_train_step
 from ..measure.profiler import profile_beside
+from ..measure.timing import summarize
 from ..train import LOG_EVERY, Trainer
 
 
@@ -76,11 +77,7 @@ def _judge_step_time(cfg, tracker, pred) -> None:
     toks = [h["tok_per_s"] for h in tracker.history if "tok_per_s" in h][1:]
     if len(windows) < 2:
         return
-    windows.sort()
-    q = statistics.quantiles(windows, n=4)
-    stats = {"median_ms": statistics.median(windows), "p25_ms": q[0], "p75_ms": q[2], "min_ms": windows[0],
-             "max_ms": windows[-1], "repeats": len(windows), "warmup": "first window excluded",
-             "method": f"training loop, {LOG_EVERY}-step windows between host syncs"}
+    stats = summarize(windows, "first window excluded", f"training loop, {LOG_EVERY}-step windows between host syncs")
     row = judge(stats, pred, cfg.bench.flag_ratio)
     tracker.timing("train_step", row)
     tracker.set(step_ms=row["median_ms"], predicted_step_ms=row["predicted_ms"],
@@ -118,7 +115,7 @@ def run(cfg) -> dict:
         em, samples = data.exact_match(model)
         metrics["exact_match"] = em
     else:
-        final = trainer.evaluate(full=True)  # the reported val loss covers the whole val split
+        final = trainer.evaluate(full=True, splits=("val",))  # the reported val loss: the whole val split
         metrics.update(val_loss=final["val_loss"], bits_per_char=final["bits_per_char"])
         prompt = torch.tensor([data.tokenizer.encode("\n")], device=device)
         gen = torch.Generator(device=device).manual_seed(cfg.seed)

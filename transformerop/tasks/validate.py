@@ -85,9 +85,9 @@ def run(cfg) -> dict:
     rows = []
     for label, acfg in variants(cfg):
         for dtype_name in ("float32", "bfloat16"):
-            reason = None
+            reason, backend = None, get_backend(acfg["name"])
             try:
-                get_backend(acfg["name"]).check(_row_cfg(cfg, acfg, dtype_name, 6, 64), device)
+                backend.check(_row_cfg(cfg, acfg, dtype_name, 6, 64), device)
             except (BackendUnavailable, ValueError) as e:
                 reason = str(e).splitlines()[0]
             if reason is None and acfg["name"] == "triton" and device.type != "cuda":
@@ -96,7 +96,6 @@ def run(cfg) -> dict:
                 rows.append([label, dtype_name, "-", "-", "-", "-", f"skipped: {reason}"])
                 continue
             dtype = torch.float32 if dtype_name == "float32" else torch.bfloat16
-            backend = get_backend(acfg["name"])
             tol_name = "tf32" if dtype_name == "float32" and device.type == "cuda" and acfg["name"] == "triton" \
                 else dtype_name
             tol = TOL[tol_name]

@@ -23,6 +23,7 @@ def causal_mask(t_q: int, t_k: int, device) -> torch.Tensor:
 
 class CausalSelfAttention(nn.Module):
     supports_cache = True  # can attend one query against many cached keys
+    accepts_mask = True  # attend(mask=...) works: decode's preallocated caches (decode.MASKED_PATHS) need it
     dtypes = ("float32", "bfloat16")
     backward = "autograd"  # what computes the gradient: autograd | kernel | reference
 

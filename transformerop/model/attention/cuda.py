@@ -59,6 +59,7 @@ class CudaAttention(CausalSelfAttention):
     it cannot be fused into these kernels, so model.dropout applies only to the residual path."""
 
     supports_cache = True
+    accepts_mask = False  # causal only: decode=kv_cache, not the masked preallocated caches
     backward = "reference"
 
     def __init__(self, mcfg, acfg):
@@ -79,8 +80,8 @@ class CudaAttention(CausalSelfAttention):
         if getattr(m, "n_layer", 1) > 0 and m.n_embd % m.n_head == 0 and m.n_embd // m.n_head not in HEAD_DIMS:
             raise ValueError(f"attention=cuda supports head dims {HEAD_DIMS}, "
                              f"not {m.n_embd // m.n_head} (model.n_embd / model.n_head)")
-        decode = getattr(getattr(cfg, "decode", None), "name", None)
-        if decode in ("static", "static_graph"):  # those caches pass an explicit mask
+        from ...decode import MASKED_PATHS
+        if getattr(getattr(cfg, "decode", None), "name", None) in MASKED_PATHS:  # those pass an explicit mask
             raise ValueError(MASK_ERROR)
         from kernels.cuda_build import require_cuda
         require_cuda("attention=cuda", device)

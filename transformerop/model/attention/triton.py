@@ -30,12 +30,13 @@ def _kernels():
 
 class TritonAttention(CausalSelfAttention):
     supports_cache = True
+    accepts_mask = False  # causal only: decode=kv_cache, not the masked preallocated caches
     dtypes = ("float32", "bfloat16")
     backward = "kernel"
 
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
-        self.allow_tf32 = bool(getattr(acfg, "allow_tf32", True))
+        self.allow_tf32 = bool(getattr(acfg, "allow_tf32", True))  # schema default True; bare dicts too
         _kernels()  # import now: a missing kernels/ fails at build, not mid-step
 
     @classmethod
