@@ -7,11 +7,16 @@ kernel and hands back the CompiledKernel; from then on the CompiledKernel is lau
 skipping the JIT's argument binding and cache lookup. A compiled kernel is specialized on its
 arguments (16-byte aligned pointers, ints divisible by 16 or equal to 1), so it is cached under
 that same signature, computed here. If the direct launch ever fails (its calling convention is
-triton-internal), it is switched off for the process with one printed line and the JIT is used.
+triton-internal), it is switched off for the process with a warning, the JIT is used, and the
+job's results.json records why (triton_launch_fallback).
 """
+import logging
 import torch
 
+log = logging.getLogger(__name__)
+
 fast = True  # direct CompiledKernel launches; tests compare them with the JIT path
+fallback_error = None  # why direct launches were switched off (recorded in results.json; the GPU suite fails on it)
 stats = {"direct": 0, "jit": 0, "tuned": 0}
 _tuned = {}  # tuning key -> chosen config (BLOCK_M, BLOCK_N, num_warps, num_stages)
 _compiled = {}  # (tuning key, argument signature) -> CompiledKernel
@@ -26,7 +31,7 @@ def _signature(args) -> tuple:
 def launch(kernel, grid, key, force, args, consts):
     """Launch autotuned `kernel` on positional `args` then constexpr `consts` (a dict in the
     kernel's parameter order, before the tuned BLOCK_M, BLOCK_N). grid(cfg) -> (x, y)."""
-    global fast
+    global fast, fallback_error
     cfg = force or _tuned.get(key)
     if cfg is None:
         kernel[grid](*args, **consts)
@@ -45,7 +50,8 @@ def launch(kernel, grid, key, force, args, consts):
             return
         except Exception as e:  # noqa: BLE001 -- triton-internal API: fall back, once, loudly
             fast = False
-            print(f"triton_launch: direct launch failed ({type(e).__name__}: {e}); using the JIT path")
+            fallback_error = f"{type(e).__name__}: {e}"
+            log.warning(f"triton_launch: direct launch failed ({fallback_error}); using the JIT path")
     compiled = kernel.fn[(x, y)](*args, **consts, **cfg)
     stats["jit"] += 1
     if ck and compiled is not None and hasattr(compiled, "run"):

@@ -45,9 +45,23 @@ def offline_runs(job_dir) -> list:
 
 
 def shakespeare_available() -> bool:
-    from transformerop.data.shakespeare import FILENAME, cache_dir
-    return (cache_dir(make_cfg().data) / FILENAME).exists()
+    from transformerop.data.shakespeare import locate
+    return locate(make_cfg("data=shakespeare").data).exists()
+
+
+# The sample play the package ships: text data through the same loader, no download.
+SAMPLE = ["data=shakespeare", "data.file=sample_play.txt", "data.url=null",
+          "data.sha256=9a40396c5ca5a1c76160dd51e7f0cf3f443787c5d53dc627eca9ba85f8b41bfe"]
 
 
 needs_shakespeare = pytest.mark.skipif(not shakespeare_available(),
                                        reason="Tiny Shakespeare not in the data cache (CI copies it from ../shared/data)")
+
+
+@pytest.fixture(autouse=True)
+def _no_triton_launch_fallback(request):
+    """The GPU suite fails if any Triton kernel had to fall back from its direct launch to the JIT."""
+    yield
+    launch = sys.modules.get("kernels.triton_launch")
+    if request.node.get_closest_marker("gpu") and launch is not None:
+        assert launch.fallback_error is None, f"direct Triton launch fell back to the JIT: {launch.fallback_error}"

@@ -80,12 +80,52 @@ def test_validate_task_on_cpu(tmp_path):
     assert rows[("decode=fused", "float32")][-1].startswith("skipped: decode=fused needs CUDA")
 
 
-def test_missing_data_file_fails_with_the_path_and_a_record(tmp_path):
-    run_dir, cache = tmp_path / "run", tmp_path / "empty_cache"
-    p = run_cli("data=shakespeare", f"data.cache_dir={cache}", "data.url=file:///nonexistent/input.txt",
-                "logger=none", f"hydra.run.dir={run_dir}")
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr[-2000:]
+    return lines[0]
+
+
+def test_bad_input_gets_one_line_before_any_run_dir(tmp_path):
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "tinyshakespeare.txt").write_text("not shakespeare")
+    cases = {
+        ("train.lr=-1",): "train.lr=-1.0 is out of range: it must be > 0",
+        ("train.max_iters=-5",): "train.max_iters=-5 is out of range: it must be >= 0",
+        ("+foo=1",): "foo is not a config field",
+        ("+train.lrr=0.1",): "train.lrr is not a config field",
+        ("model.dropout=1",): "model.dropout=1.0 is out of range: it must be >= 0.0 and < 1.0",
+        ("data=shakespeare", f"data.cache_dir={tmp_path / 'nowhere'}"): "data.cache_dir=",
+        ("data=shakespeare", f"data.cache_dir={tmp_path}", "data.url=null"): "put the file (sha256 86c4e6aa",
+        ("data=shakespeare", f"data.cache_dir={corrupt}"): "is corrupt: sha256",
+        ("train.resume=/nonexistent/ckpt.pt",): "train.resume=/nonexistent/ckpt.pt: no such checkpoint file",
+    }
+    for args, needle in cases.items():
+        run_dir = tmp_path / "run"
+        p = run_cli(*args, f"hydra.run.dir={run_dir}")
+        assert p.returncode == 2, (args, p.stderr[-2000:])
+        line = _one_line(p.stderr)
+        assert line.startswith("error: ") and needle in line, (args, line)
+        assert not run_dir.exists(), f"{args} left {list(run_dir.rglob('*'))}"
+    assert not (tmp_path / "nowhere").exists()  # a missing cache dir is named, not created
+
+
+def test_checkpoint_errors_are_one_line_and_keep_the_ok_record(tmp_path):
+    run_dir = tmp_path / "run"
+    p = run_cli(*FAST, "logger=none", f"hydra.run.dir={run_dir}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    ok = results(run_dir)
+    (run_dir / "ckpt.pt").write_bytes((run_dir / "ckpt.pt").read_bytes()[:1000])  # truncated
+    p = run_cli(*FAST, "logger=none", f"hydra.run.dir={run_dir}")
     assert p.returncode == 1
-    assert "Put the file (sha256 86c4e6aa" in p.stderr and str(cache / "tinyshakespeare.txt") in p.stderr
-    r = results(run_dir)
-    assert r["status"] == "failed" and r["error"]["type"] == "DataError"
-    assert r["metrics"]["peak_memory_bytes"] > 0 and not (run_dir / "ckpt.pt").exists()
+    line = _one_line(p.stderr)
+    assert "cannot be loaded safely" in line and "train.resume=false" in line and "Traceback" not in p.stderr
+    assert results(run_dir) == ok  # the earlier ok record stays; the failed attempt is kept beside it
+    assert len(list((run_dir / "attempts").glob("*-failed.json"))) == 1
+    other = tmp_path / "other"
+    p = run_cli(*FAST, "model.n_layer=3", f"train.resume={run_dir / 'best.pt'}", "logger=none",
+                f"hydra.run.dir={other}")
+    assert p.returncode == 1
+    line = _one_line(p.stderr)
+    assert "is from a different model (n_layer: checkpoint 2 vs config 3)" in line and "train.resume=false" in line

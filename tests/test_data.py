@@ -64,8 +64,19 @@ def test_shakespeare_download_verifies_checksum(tmp_path):
     src.write_text("abc")
     good = hashlib.sha256(b"abc").hexdigest()
     cache = tmp_path / "cache"
+    cache.mkdir()
     cfg = make_cfg("data=shakespeare", f"data.cache_dir={cache}", f"data.url=file://{src}", f"data.sha256={good}").data
     assert fetch(cfg).read_text() == "abc"
+    bad = make_cfg("data=shakespeare", f"data.cache_dir={tmp_path / 'other'}", f"data.url=file://{src}",
+                   f"data.sha256={good}").data
+    with pytest.raises(DataError, match="does not exist"):  # a cache dir that is not there is named, not made
+        fetch(bad)
+    assert not (tmp_path / "other").exists()
+    wrong = make_cfg("data=shakespeare", f"data.cache_dir={cache}", "data.file=x.txt", f"data.url=file://{src}",
+                     f"data.sha256={'0' * 64}").data
+    with pytest.raises(DataError, match="download from"):  # checked before it is moved into place
+        fetch(wrong)
+    assert not (cache / "x.txt").exists()
 
 
 @needs_shakespeare
@@ -76,3 +87,17 @@ def test_shakespeare_split_and_device_batches():
     assert n_train + n_val == 1_115_394 and n_train == int(0.9 * 1_115_394)
     x, y = data.batch("train", 3)
     assert x.shape == y.shape == (3, 32) and torch.equal(x[:, 1:], y[:, :-1])
+
+
+def test_sample_play_is_shipped_and_the_whole_split_is_scored_once():
+    """The fixture loads through the same loader; eval_batches scores every target of a split once."""
+    from conftest import SAMPLE
+    cfg = make_cfg(*SAMPLE)
+    data = ShakespeareData(cfg.data, block_size=32, device=torch.device("cpu"))
+    assert data.tokenizer.vocab_size > 40
+    for split in ("train", "val"):
+        n = len(data.splits[split])
+        scored = sum(int((y >= 0).sum()) for _, y in data.eval_batches(split, 7))
+        assert scored == n - 1  # every character after the first, once
+        last_x, last_y = list(data.eval_batches(split, 10**9))[0]
+        assert torch.equal(last_y[-1][-1:], data.splits[split][-1:])  # the tail window ends at the split's end

@@ -194,7 +194,7 @@ def test_cli_generate_trains_times_and_records_text(tmp_path):
     proc, r = run_cli(tmp_path / "train", "decode=static", "generate.tokens=30", "generate.repeats=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = r["metrics"]
-    assert r["status"] == "ok" and m["tok_per_s"] > 0 and m["ms_per_token"] > 0 and m["decode"] == "static"
+    assert r["status"] == "ok" and m["decode_tok_per_s"] > 0 and m["ms_per_token"] > 0 and m["decode"] == "static"
     assert m["gate_tokens_agree"] == m["gate_tokens"] == 30
     table = r["tables"]["generations"]
     text = table["rows"][0][table["columns"].index("text")]
@@ -209,7 +209,7 @@ def test_cli_generate_trains_times_and_records_text(tmp_path):
                           "generate.tokens=40", "generate.batch_size=2", "generate.top_k=5", "generate.repeats=2",
                           "generate.prompt='12+34='")
         assert proc.returncode == 0, proc.stderr[-3000:]
-        assert r["metrics"]["tok_per_s"] > 0 and "params" not in r["metrics"]  # loaded, not trained
+        assert r["metrics"]["decode_tok_per_s"] > 0 and "params" not in r["metrics"]  # loaded, not trained
         texts.append([row[4] for row in r["tables"]["generations"]["rows"]])
     assert texts[0] == texts[1] and len(texts[0]) == 2
 

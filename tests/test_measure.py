@@ -186,7 +186,7 @@ def test_bench_cpu_model_targets_write_complete_results(tmp_path, cal_dir):
     assert "[ok]" in r.stdout or "[FLAGGED]" in r.stdout
 
 
-def test_calibrate_then_predict_uses_measured_ceilings(tmp_path, cal_dir, one_thread, capsys):
+def test_calibrate_then_predict_uses_measured_ceilings(tmp_path, cal_dir, one_thread, caplog):
     res, _ = run_in_process(tmp_path / "cal", "task=calibrate", "device=cpu")
     assert res["status"] == "ok", res["error"]
     cached = calibration.load(CPU)
@@ -199,7 +199,7 @@ def test_calibrate_then_predict_uses_measured_ceilings(tmp_path, cal_dir, one_th
     m = res["metrics"]
     assert m["params"] == 101_888 and m["ceilings_source"] == "measured" and m["predicted_step_ms"] > 0
     assert m["h200_step_ms"] > 0
-    assert "H200 (datasheet)" in capsys.readouterr().out
+    assert "H200 (datasheet)" in caplog.text
 
 
 def test_profile_cpu_phases_trace_and_top_ops(tmp_path, cal_dir, one_thread):
@@ -222,7 +222,7 @@ def _host_work(seconds: float) -> None:
         pass
 
 
-def test_planted_slow_path_raises_the_flag(tmp_path, cal_dir, one_thread, monkeypatch, capsys):
+def test_planted_slow_path_raises_the_flag(tmp_path, cal_dir, one_thread, monkeypatch, caplog):
     """The flag must fire on a step slower than its prediction and stay quiet on the normal path.
 
     Making it non-flaky on CPU: (1) the napkin's CPU ceilings are crude (a small step may come in
@@ -251,7 +251,8 @@ def test_planted_slow_path_raises_the_flag(tmp_path, cal_dir, one_thread, monkey
     n = normal["timings"]["train_step"]
     assert normal["status"] == "ok" and n["launch_source"] == "measured" and "process" in n["method"]
     assert not n["flagged"], n["measured_over_predicted"]
-    assert "[ok] train_step" in capsys.readouterr().out
+    assert "[ok] train_step" in caplog.text
+    caplog.clear()
 
     import transformerop.train as train_mod
     real = train_mod._plant_slow_path
@@ -267,7 +268,7 @@ def test_planted_slow_path_raises_the_flag(tmp_path, cal_dir, one_thread, monkey
     assert slow_res["status"] == "ok"
     assert s["flagged"] and s["measured_over_predicted"] > 3.0, s["measured_over_predicted"]
     assert slow_res["metrics"]["flagged"] is True
-    assert "[FLAGGED] train_step" in capsys.readouterr().out
+    assert "[FLAGGED] train_step" in caplog.text
 
 
 def _no_causal_mask(self, q, k, v, mask):
@@ -286,6 +287,45 @@ def test_wrong_kernel_fails_the_job_with_no_timing(tmp_path, cal_dir, one_thread
     assert "relative error" in res["error"]["message"]
     assert res["timings"] == {} and not any(k.endswith("_ms") for k in res["metrics"])
     assert "bench" not in res["tables"]
+
+
+class _DqOff(torch.autograd.Function):
+    """A planted wrong backward: the forward is SDPA's, but dq comes back 1% too large."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        with torch.enable_grad():
+            q_, k_, v_ = (t.detach().requires_grad_() for t in (q, k, v))
+            out = torch.nn.functional.scaled_dot_product_attention(q_, k_, v_, is_causal=True)
+        ctx.save_for_backward(q_, k_, v_, out)
+        return out.detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        q_, k_, v_, out = ctx.saved_tensors
+        dq, dk, dv = torch.autograd.grad(out, (q_, k_, v_), g)
+        return dq * 1.01, dk, dv
+
+
+def _wrong_backward(self, q, k, v, mask):
+    return _DqOff.apply(q, k, v)
+
+
+def test_planted_wrong_backward_fails_the_gradient_gate(tmp_path, cal_dir, one_thread, monkeypatch):
+    """The forward (and so the loss) is right; only the gradient gate can see the 1% dq error."""
+    from transformerop.model.attention.sdpa import SDPAAttention
+    real = SDPAAttention.attend
+    monkeypatch.setattr(SDPAAttention, "attend", _wrong_backward)
+    res, code = run_in_process(tmp_path / "bad", "task=bench", "bench.target=train_step", "attention=sdpa",
+                               "device=cpu", "train.batch_size=4", "bench.rep_ms=20")
+    assert code == 1 and res["status"] == "failed" and res["error"]["type"] == "Mismatch"
+    msg = res["error"]["message"]
+    assert msg.startswith("train_step gradient of ") and "(norm) vs float64 reference exceeds" in msg
+    assert res["timings"] == {}
+    monkeypatch.setattr(SDPAAttention, "attend", real)  # the real backward passes the gate and is timed
+    ok, code = run_in_process(tmp_path / "ok", "task=bench", "bench.target=train_step", "attention=sdpa",
+                              "device=cpu", "train.batch_size=4", "bench.rep_ms=20")
+    assert code is None and ok["metrics"]["check_grad_err"] < 1e-5 and "train_step" in ok["timings"]
 
 
 # -- GPU (pytest -m gpu on the device) ----------------------------------------------------------

@@ -1,4 +1,4 @@
-import copy
+import math
 
 import pytest
 import torch
@@ -29,26 +29,70 @@ def test_causality(backend):
         assert not torch.allclose(out[:, t], base[:, t])
 
 
-def test_naive_and_sdpa_match_float64_reference():
+def _ln(x, w, b, eps=1e-5):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps) * w + b
+
+
+def _qkv(block, x, n_head):
+    """q, k, v (B, H, T, D) in float64 from either attention layout (one c_attn, or per-head modules)."""
+    a = block.attn
+    B, T, C = x.shape
+    if hasattr(a, "c_attn"):
+        W, bias = a.c_attn.weight.double(), a.c_attn.bias.double()
+        q, k, v = (x @ W.T + bias).split(C, dim=-1)
+        return [t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v)]
+    return [torch.stack([x @ getattr(h, n).weight.double().T for h in a.heads], dim=1) for n in ("query", "key", "value")]
+
+
+def reference_gpt(model, idx):
+    """The GPT written out in float64 from its weights: LayerNorm, causal softmax attention and
+    the erf GELU as formulas. Shares nothing with the modules but their parameters."""
+    n_head = model.cfg.n_head
+    T = idx.size(1)
+    x = model.wte.weight.double()[idx] + model.wpe.weight.double()[:T]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for blk in model.blocks:
+        h = _ln(x, blk.ln_1.weight.double(), blk.ln_1.bias.double())
+        q, k, v = _qkv(blk, h, n_head)
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))
+        p = torch.exp(s.masked_fill(~causal, -math.inf) - s.masked_fill(~causal, -math.inf).amax(-1, keepdim=True))
+        y = (p / p.sum(-1, keepdim=True)) @ v
+        y = y.transpose(1, 2).reshape(x.shape)
+        x = x + y @ blk.attn.c_proj.weight.double().T + blk.attn.c_proj.bias.double()
+        h = _ln(x, blk.ln_2.weight.double(), blk.ln_2.bias.double())
+        u = h @ blk.mlp.c_fc.weight.double().T + blk.mlp.c_fc.bias.double()
+        u = 0.5 * u * (1 + torch.erf(u / math.sqrt(2)))
+        x = x + u @ blk.mlp.c_proj.weight.double().T + blk.mlp.c_proj.bias.double()
+    x = _ln(x, model.ln_f.weight.double(), model.ln_f.bias.double())
+    return x @ model.wte.weight.double().T  # tied head
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_backend_matches_the_float64_formula(backend):
     torch.manual_seed(0)
-    naive = build_model(tiny("attention=naive"), 11).eval()
-    sdpa = build_model(tiny("attention=sdpa"), 11).eval()
-    sdpa.load_state_dict(naive.state_dict())
-    ref = copy.deepcopy(naive).double()
+    m = build_model(tiny(f"attention={backend}"), 11).eval()
+    for p in m.parameters():  # non-trivial biases and norms, so a dropped term shows
+        with torch.no_grad():
+            p.add_(0.05 * torch.randn_like(p))
     x = torch.randint(11, (3, 16))
-    want = ref(x)[0]
-    for m in (naive, sdpa):
-        got = m(x)[0].double()
-        assert (got - want).abs().max().item() < 1e-5
-    assert (naive(x)[0] - sdpa(x)[0]).abs().max().item() < 1e-5
+    got, want = m(x)[0].double(), reference_gpt(m, x)
+    assert (got - want).abs().max().item() < 1e-5 * want.abs().max().item()
 
 
-def test_naive_loop_matches_float64_reference():
+def test_the_float64_formula_catches_a_wrong_model():
+    """Planted fault: dropping one LayerNorm's bias moves the logits far past the tolerance."""
     torch.manual_seed(0)
-    m = build_model(tiny("attention=naive_loop"), 11).eval()
-    x = torch.randint(11, (2, 16))
-    got, want = m(x)[0].double(), copy.deepcopy(m).double()(x)[0]
-    assert (got - want).abs().max().item() < 1e-5
+    m = build_model(tiny("attention=sdpa"), 11).eval()
+    for p in m.parameters():
+        with torch.no_grad():
+            p.add_(0.05 * torch.randn_like(p))
+    x = torch.randint(11, (3, 16))
+    want = reference_gpt(m, x)
+    with torch.no_grad():
+        m.blocks[0].ln_2.bias.zero_()
+    assert (m(x)[0].double() - want).abs().max().item() > 1e-3 * want.abs().max().item()
 
 
 def test_param_counts_and_weight_tying():

@@ -13,7 +13,8 @@ from transformerop import report as R
 from transformerop import scorecard as S
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-ENV = {"device_name": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0", "cuda": "13.0", "git_sha": "abc1234"}
+ENV = {"device_name": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0", "cuda": "13.0", "git_sha": "abc1234",
+       "git_commit": "abc1234" + "0" * 33, "git_dirty": False, "git_diff_sha256": None}
 
 
 def timing(median, spread=0.1, predicted=None):
@@ -23,7 +24,7 @@ def timing(median, spread=0.1, predicted=None):
 
 
 def job(sweep, num, overrides, study=("demo", "decode=recompute"), status="ok", timings=None, metrics=None,
-        history=None, error=None, logger="none", task="bench", goals=(), tables=None):
+        history=None, error=None, logger="none", task="bench", goals=(), tables=None, env=ENV):
     d = sweep / str(num)
     d.mkdir(parents=True)
     record = {"status": status, "error": {"type": "RuntimeError", "message": error, "traceback": ""} if error else None,
@@ -32,7 +33,7 @@ def job(sweep, num, overrides, study=("demo", "decode=recompute"), status="ok", 
               "config": {"logger": {"name": logger, "mode": "offline", "project": "transformerop-test"},
                          "train": {"target_loss": None}},
               "metrics": metrics or {}, "timings": timings or {}, "tables": tables or {}, "history": history or [],
-              "env": ENV, "wandb": {"mode": "off"}, "job_dir": str(d), "started": "2026-11-30T12:00:00", "wall_s": 1.5}
+              "env": env, "wandb": {"mode": "off"}, "job_dir": str(d), "started": "2026-11-30T12:00:00", "wall_s": 1.5}
     (d / "results.json").write_text(json.dumps(record))
 
 
@@ -216,3 +217,34 @@ def test_report_task_reads_the_sweep_from_config_or_environment(decode_sweep, tm
     assert p.returncode == 2 and "report.path: no such directory" in p.stderr
     p = run_cli("task=report", "logger=none", f"report.path={decode_sweep}", f"hydra.run.dir={tmp_path / 'cfg'}")
     assert p.returncode == 0 and json.loads((tmp_path / "cfg" / "results.json").read_text())["metrics"]["report_jobs"] == 6
+
+
+def test_publish_refuses_records_of_uncommitted_code_unless_told(tmp_path):
+    sweep = tmp_path / "sweep"
+    dirty = {**ENV, "git_dirty": True, "git_diff_sha256": "feedbeef"}
+    job(sweep, 0, ["decode=recompute"], timings={"generate": timing(10.0)})
+    job(sweep, 1, ["decode=kv_cache"], timings={"generate": timing(5.0)}, env=dirty)
+    with pytest.raises(R.ReportError, match="not from a clean commit.*feedbeef"):
+        R.report([sweep], use_wandb=False, publish=tmp_path / "pub")
+    assert not (tmp_path / "pub").exists()
+    out = R.report([sweep], use_wandb=False, publish=tmp_path / "pub", allow_dirty=True)
+    text = (tmp_path / "pub" / "demo.md").read_text()
+    assert "| code | **not a clean commit**: abc1234 with uncommitted changes (diff feedbeef) |" in text
+    assert out["facts"]["clean"] is False
+    clean = tmp_path / "clean"
+    for i, dec in enumerate(("recompute", "kv_cache")):
+        job(clean, i, [f"decode={dec}"], timings={"generate": timing(10.0 - i)})
+    R.report([clean], use_wandb=False, publish=tmp_path / "pub2")
+    assert "| code | abc1234 (clean) |" in (tmp_path / "pub2" / "demo.md").read_text()
+
+
+def test_rows_of_another_precision_say_so(tmp_path):
+    sweep = tmp_path / "sweep"
+    job(sweep, 0, ["attention=sdpa"], study=("demo", "attention=sdpa"), timings={"attention_fwd": timing(10.0)},
+        metrics={"precision": "ieee", "attention_backward": "autograd"})
+    job(sweep, 1, ["attention=triton"], study=("demo", "attention=sdpa"), timings={"attention_fwd": timing(5.0)},
+        metrics={"precision": "tf32", "attention_backward": "kernel"})
+    out = R.report([sweep], use_wandb=False)
+    df = out["df"]
+    assert list(df["label"]) == ["attention=sdpa", "attention=triton [tf32 vs ieee]"]
+    assert list(df["precision"]) == ["ieee", "tf32"] and list(df["attention_backward"]) == ["autograd", "kernel"]

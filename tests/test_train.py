@@ -95,33 +95,60 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path):
     assert checkpoint.load(tmp_path / "ckpt.pt")["step"] == 20
 
 
-def test_time_to_target_clock_is_per_job_in_a_multirun(tmp_path):
-    """Two jobs in one multirun process: each reaches the (easy) target, and the second's clock
-    starts at its own start (plus the first's start-up cost), not at the process launch."""
-    sweep = tmp_path / "sweep"
-    p = run_cli("-m", "seed=1,2", "train.target_loss=3.0", "train.eval_full=true", "train.eval_train=false", *FAST, "logger=none",
-                f"hydra.sweep.dir={sweep}")
+def test_target_stop_reads_the_whole_val_split(tmp_path):
+    """The stop decision and the reported loss are the same number: the whole val split's."""
+    p = run_cli("train.target_loss=2.3", *FAST, "train.max_iters=200", "train.eval_interval=10", "logger=none",
+                f"hydra.run.dir={tmp_path}")
     assert p.returncode == 0, p.stderr[-3000:]
-    a, b = (results(sweep / str(i)) for i in (0, 1))
-    for r in (a, b):
+    r = results(tmp_path)
+    m = r["metrics"]
+    assert m["target_step"] == m["steps"] < 200 and m["val_loss"] <= 2.3
+    stop = [h for h in r["history"] if h["step"] == m["target_step"] and "eval/val_loss" in h][0]
+    assert stop["eval/val_loss"] == m["val_loss"]  # the check and the final whole-split eval agree exactly
+    assert all("eval/train_loss" not in h for h in r["history"])  # a target run checks val only
+    assert 0 < m["startup_s"] < m["time_to_target_s"]  # both on the clock from process launch
+    assert "reached at step" in p.stdout and "from launch" in p.stdout
+
+
+def test_later_jobs_of_one_process_are_not_timed_from_launch(tmp_path):
+    """Hydra's basic launcher runs both jobs in one process: only the first paid the launch, so
+    the second's times are named job_* (from its own start), not passed off as from launch."""
+    sweep = tmp_path / "sweep"
+    p = run_cli("-m", "seed=1,2", "train.target_loss=2.3", *FAST, "train.max_iters=200", "train.eval_interval=10",
+                "logger=none", f"hydra.sweep.dir={sweep}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    a, b = (results(sweep / str(i))["metrics"] for i in (0, 1))
+    assert "time_to_target_s" in a and "startup_s" in a
+    assert "time_to_target_s" not in b and "startup_s" not in b
+    assert 0 < b["job_startup_s"] < b["job_time_to_target_s"]
+
+
+def test_isolated_sweep_times_every_job_from_its_own_launch(tmp_path):
+    sweep = tmp_path / "sweep"
+    p = run_cli("-m", "sweep.isolate=true", "seed=1,2", "train.target_loss=2.3", *FAST, "train.max_iters=200",
+                "train.eval_interval=10", "logger=none", f"hydra.sweep.dir={sweep}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    for i in (0, 1):
+        r = results(sweep / str(i))
         m = r["metrics"]
-        assert m["target_step"] == m["steps"] and m["val_loss"] <= 3.0 + 0.05
-        # eval_train=false: in-loop evals of the val split only (train loss from the steps)
-        evals = [h for h in r["history"] if "val_loss" in h]
-        assert evals and all("train_loss" not in h for h in evals)
-        assert m["time_to_target_s"] > 0
+        assert r["status"] == "ok" and f"seed={i + 1}" in r["overrides"]
+        assert 0 < m["startup_s"] < m["time_to_target_s"]
+        # the start-up by phase adds up to startup_s (imports and checks, W&B, data, model, ...)
+        phases = {k: v for k, v in m.items() if k.startswith("startup/")}
+        assert "startup/checks_s" in phases and sum(phases.values()) == pytest.approx(m["startup_s"], rel=1e-6)
+    assert "[0] fresh process" in p.stdout and "[1] fresh process" in p.stdout
 
 
-def test_each_job_clock_pays_the_start_up_once(monkeypatch):
-    """Process launched at 100 s, first job at 103 s (3 s of imports), second at 150 s: the second
-    job's clock starts at 147 s, not at 100 s."""
-    from transformerop import config as C
-    monkeypatch.setattr(C, "_first_job_start", None)
-    monkeypatch.setattr(C, "_start_time", lambda pid: 100.0)
-    for now, launch in ((103.0, 100.0), (150.0, 147.0), (160.0, 157.0)):
-        monkeypatch.setattr(C.time, "time", lambda now=now: now)
-        C.mark_job_start()
-        assert C.launch_time() == launch
+def test_clock_names_times_by_where_they_start(monkeypatch):
+    from transformerop import clock
+    monkeypatch.setattr(clock, "_jobs_started", 0)
+    monkeypatch.setattr(clock, "process_start", lambda: 100.0)
+    monkeypatch.setattr(clock.time, "time", lambda: 103.0)
+    clock.job_started()
+    assert clock.fresh() and clock.prefix() == "" and clock.origin() == 100.0
+    monkeypatch.setattr(clock.time, "time", lambda: 150.0)
+    clock.job_started()
+    assert not clock.fresh() and clock.prefix() == "job_" and clock.origin() == 150.0
 
 
 def test_resume_keeps_the_lr_tensor_a_captured_step_reads():

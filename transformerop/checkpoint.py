@@ -5,11 +5,9 @@ from pathlib import Path
 
 import torch
 
+from .errors import CheckpointError
+
 SHAPE_KEYS = ("name", "n_layer", "n_head", "n_embd", "block_size", "bias")
-
-
-class CheckpointError(ValueError):
-    pass
 
 
 def model_signature(model_cfg, vocab_size: int, chars: str) -> dict:
@@ -31,11 +29,13 @@ def save(path: Path, **state) -> None:
 def load(path, signature: dict | None = None, map_location="cpu") -> dict:
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"checkpoint {path} does not exist: give an existing .pt file")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # truncated, foreign or pickled code: refuse
-        raise CheckpointError(f"checkpoint {path} cannot be loaded safely: {e}") from None
+        reason = (str(e).splitlines()[0] if str(e) else type(e).__name__).split(". ")[0]
+        raise CheckpointError(f"checkpoint {path} cannot be loaded safely ({reason}): delete or move it to "
+                              "start fresh, or set train.resume=false") from None
     if signature is not None:
         theirs = state.get("signature", {})
         diff = [f"{k}: checkpoint {theirs.get(k)!r} vs config {v!r}" for k, v in signature.items()
@@ -43,5 +43,6 @@ def load(path, signature: dict | None = None, map_location="cpu") -> dict:
         if theirs.get("chars") != signature.get("chars"):
             diff.append("vocabulary differs")
         if diff:
-            raise CheckpointError(f"checkpoint {path} is from a different model ({'; '.join(diff)})")
+            raise CheckpointError(f"checkpoint {path} is from a different model ({'; '.join(diff)}): use the "
+                                  "model config it was trained with, or train.resume=false to start fresh")
     return state

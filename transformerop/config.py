@@ -1,14 +1,26 @@
 """Typed config schema. Each dataclass mirrors one config group under conf/ and is stored in
 Hydra's ConfigStore, so a wrong type (`model.n_layer=abc`) or an unknown key fails at compose
-time with Hydra's own message naming the field."""
-from dataclasses import dataclass, field
-from typing import Any, List, Optional
+time with Hydra's own message naming the field. The yaml options hold only what differs from
+these defaults.
 
+Numeric fields declare their valid range beside their default (`num(default, gt=0)`);
+`check(cfg)` enforces the ranges and refuses keys the schema does not know, even ones added
+with `+key=value` (Hydra's append syntax bypasses its own struct check). Both run before a run
+dir or W&B run exists."""
 import os
 import time
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+
+from .errors import ConfigError
+
+
+def num(default, *, gt=None, ge=None, lt=None, le=None, power_of_two: bool = False):
+    """A numeric field and its valid range (None bounds are open)."""
+    return field(default=default, metadata={"range": (gt, ge, lt, le), "power_of_two": power_of_two})
 
 
 @dataclass
@@ -19,23 +31,26 @@ class TaskConfig:
 @dataclass
 class ModelConfig:
     name: str = "gpt"  # gpt | bigram
-    n_layer: int = 6
-    n_head: int = 6
-    n_embd: int = 384
-    block_size: int = 256
-    dropout: float = 0.2
+    n_layer: int = num(6, ge=0)
+    n_head: int = num(6, ge=1)
+    n_embd: int = num(384, ge=1)
+    block_size: int = num(256, ge=1)
+    dropout: float = num(0.2, ge=0.0, lt=1.0)
     bias: bool = True
 
 
 @dataclass
 class DataConfig:
     name: str = "addition"  # addition | shakespeare
-    cache_dir: Optional[str] = None  # None: <repo>/data (or $TRANSFORMEROP_DATA)
-    url: str = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+    # text data: `file` is looked up beside transformerop/data/ (files the package ships), then in
+    # cache_dir (None: <repo>/data, or $TRANSFORMEROP_DATA); downloaded from `url` when missing
+    file: str = "tinyshakespeare.txt"
+    cache_dir: Optional[str] = None
+    url: Optional[str] = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
     sha256: str = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
-    train_frac: float = 0.9
-    n_digits: int = 2  # addition: operands have this many digits
-    n_test: int = 1000  # addition: held-out sums never seen in training
+    train_frac: float = num(0.9, gt=0.0, lt=1.0)
+    n_digits: int = num(2, ge=1, le=4)  # addition: operands have this many digits
+    n_test: int = num(1000, ge=1)  # addition: held-out sums never seen in training
     split_seed: int = 2  # addition: the train/test split depends only on this
 
 
@@ -44,34 +59,34 @@ class AttentionConfig:
     name: str = "sdpa"  # naive_loop | naive | sdpa | cuda | triton
     version: int = 5  # cuda: kernel ladder v1..v5
     softmax: str = "torch"  # naive: torch | cuda_block | cuda_warp | cuda_adaptive
-    softmax_threshold: int = 1024  # cuda_adaptive: rows at least this long use the block kernel
+    softmax_threshold: int = num(1024, ge=1)  # cuda_adaptive: rows at least this long use the block kernel
     allow_tf32: bool = True  # triton, fp32: TF32 tensor cores in tl.dot (false: IEEE fp32)
 
 
 @dataclass
 class DecodeConfig:
     name: str = "kv_cache"  # recompute | kv_cache | static | static_graph | compiled | fused
-    keep: Optional[int] = None  # past block_size: re-prefill the last `keep` tokens (None: block_size // 2)
-    # decode=fused: outputs per program and reduction chunk of its matvecs (powers of two). Fewer
-    # outputs per program = more programs on the SMs; a sweep over them decides, not a guess.
-    block_n: int = 4  # H200 sweep, bf16: 4 -> 5,956 tok/s, 8 -> 5,915, 16 -> 5,689, 32 -> 5,315, 64 -> 3,541
-    block_k: int = 128
+    keep: Optional[int] = num(None, ge=1)  # past block_size: re-prefill the last `keep` tokens (None: block_size // 2)
+    # decode=fused: outputs per program and reduction chunk of its matvecs. Fewer outputs per
+    # program = more programs on the SMs; a sweep over them decides, not a guess.
+    block_n: int = num(4, ge=1, power_of_two=True)
+    block_k: int = num(128, ge=16, power_of_two=True)
 
 
 @dataclass
 class TrainConfig:
-    max_iters: int = 5000
-    batch_size: int = 64
-    lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_iters: int = 100
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    grad_clip: float = 1.0
-    grad_accum: int = 1
-    eval_interval: int = 500
-    eval_iters: int = 200
+    max_iters: int = num(5000, ge=0)
+    batch_size: int = num(64, ge=1)
+    lr: float = num(1e-3, gt=0.0)
+    min_lr: float = num(1e-4, ge=0.0)
+    warmup_iters: int = num(100, ge=0)
+    weight_decay: float = num(0.1, ge=0.0)
+    beta1: float = num(0.9, ge=0.0, lt=1.0)
+    beta2: float = num(0.99, ge=0.0, lt=1.0)
+    grad_clip: float = num(1.0, ge=0.0)  # 0: no clipping
+    grad_accum: int = num(1, ge=1)
+    eval_interval: int = num(500, ge=1)
+    eval_iters: int = num(200, ge=1)
     eval_full: bool = False  # in-loop evals: every window of each split once instead of eval_iters batches
     eval_train: bool = True  # in-loop evals estimate the train split too (false: val only; train loss from the steps)
     dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
@@ -79,8 +94,9 @@ class TrainConfig:
     cuda_graph: bool = False  # capture the whole train step in one CUDA graph (CUDA, grad_accum 1, 1 rank)
     resume: Any = True  # true: latest checkpoint in the run dir; false; or a checkpoint path
     checkpoint: bool = True
-    sample_tokens: int = 200  # text: characters sampled at the end
-    target_loss: Optional[float] = None  # stop early once val loss <= this (time-to-target)
+    sample_tokens: int = num(200, ge=0)  # text: characters sampled at the end
+    # stop once the whole val split's loss is <= this; time_to_target_s counts from process launch
+    target_loss: Optional[float] = num(None, gt=0.0)
     slow_path: str = "none"  # planted slowdown for the measurement tests: none | host_sync | h2d_copy
     progress: bool = True
     profile: bool = False  # CUDA, task=train: after the run, kernel time over 10 more steps (not saved)
@@ -88,29 +104,29 @@ class TrainConfig:
 
 @dataclass
 class GenerateConfig:
-    tokens: int = 500
-    batch_size: int = 1
+    tokens: int = num(500, ge=1)
+    batch_size: int = num(1, ge=1)
     prompt: str = "\n"
-    temperature: float = 1.0  # 0 = greedy
-    top_k: Optional[int] = None
+    temperature: float = num(1.0, ge=0.0)  # 0 = greedy
+    top_k: Optional[int] = num(None, ge=1)
     checkpoint: Optional[str] = None  # None: train in this job first
-    repeats: int = 5
+    repeats: int = num(5, ge=1)
     profile: bool = False  # CUDA: after timing, GPU kernel time per token (what bounds decode)
 
 
 @dataclass
 class BenchConfig:
     target: str = "train_step"  # matmul | softmax | attention | forward | train_step | generate
-    batch_size: Optional[int] = None  # None: train.batch_size
-    seq_len: Optional[int] = None  # None: model.block_size
-    rows: Optional[int] = None  # softmax: row count (None: B*heads*T)
-    cols: Optional[int] = None  # softmax: row length (None: T)
+    batch_size: Optional[int] = num(None, ge=1)  # None: train.batch_size
+    seq_len: Optional[int] = num(None, ge=1)  # None: model.block_size
+    rows: Optional[int] = num(None, ge=1)  # softmax: row count (None: B*heads*T)
+    cols: Optional[int] = num(None, ge=1)  # softmax: row length (None: T)
     backward: bool = True  # attention: also time forward+backward
     graph: bool = False  # forward: replay one CUDA graph instead of eager launches
     profile: bool = False  # CUDA: after timing, GPU kernel time per call (host-bound or kernel-bound?)
-    warmup_ms: float = 25.0
-    rep_ms: float = 100.0
-    flag_ratio: float = 3.0  # measured/predicted beyond this (or below 1/this) is flagged
+    warmup_ms: float = num(25.0, gt=0.0)
+    rep_ms: float = num(100.0, gt=0.0)
+    flag_ratio: float = num(3.0, gt=1.0)  # measured/predicted beyond this (or below 1/this) is flagged
 
 
 @dataclass
@@ -119,6 +135,8 @@ class LoggerConfig:
     mode: str = "offline"  # offline | online | disabled
     project: str = "transformerop"
     entity: Optional[str] = None
+    console: str = "wrap"  # W&B console capture: wrap | redirect | off
+    system_metrics: bool = True  # W&B system metrics (GPU utilisation and memory, CPU)
 
 
 @dataclass
@@ -132,8 +150,16 @@ class StudyConfig:
     baseline: str = ""  # override string of the row the report divides by, e.g. "decode=recompute"
     smoke: bool = False  # shrink to CPU size
     # Outside numbers to beat, rendered by the report beside ours (transformerop/goals.py):
-    # [{what, metric, where, reference, goal | goal_x_baseline, direction, note}]
+    # [{what, metric, where, reference, goal | goal_x_baseline, direction, device, note}]
     goals: List[Any] = field(default_factory=list)
+
+
+@dataclass
+class SweepConfig:
+    # each job of a multirun in its own fresh process (`python run.py <its overrides>`), with a
+    # GPU of its own when there are GPUs: times from launch are then real, and parallel
+    # launchers (hydra/launcher=joblib) never put two timing jobs on one GPU
+    isolate: bool = False
 
 
 @dataclass
@@ -149,48 +175,65 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     study: StudyConfig = field(default_factory=StudyConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     device: str = "auto"  # auto: cuda, else mps, else cpu
     seed: int = 1337
     rerun: bool = False  # a relaunched sweep skips jobs whose results.json says ok unless true
     tags: List[str] = field(default_factory=list)
 
 
-def _start_time(pid) -> float | None:
-    """When process `pid` started (Linux /proc), in seconds since the epoch."""
-    try:
-        ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
-        boot = next(int(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+# -- checks that Hydra's typing does not make ------------------------------------------------------
+def _range_error(path: str, value, rng, power_of_two: bool) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    tests = {">": lambda b: value > b, ">=": lambda b: value >= b, "<": lambda b: value < b, "<=": lambda b: value <= b}
+    want = [(op, b) for op, b in zip(tests, rng) if b is not None]
+    ok = all(tests[op](b) for op, b in want)
+    if power_of_two:
+        want.append(("a power of two", ""))
+        ok = ok and isinstance(value, int) and value > 0 and not value & (value - 1)
+    if ok:
+        return None
+    return f"{path}={value} is out of range: it must be " + " and ".join(f"{op} {b}".strip() for op, b in want)
 
 
-_first_job_start = None  # when this process's first job started (None: no job yet)
-_job_launch = None
+def _walk(schema, node, path: str, errors: list) -> None:
+    known = {f.name: f for f in fields(schema)}
+    if isinstance(node, DictConfig):
+        for key in node.keys():
+            if key not in known:
+                errors.append(f"{path}{key} is not a config field (a typo? `+` cannot add keys here): "
+                              f"{path.rstrip('.') or 'the config'} has {', '.join(sorted(known))}")
+    for name, f in known.items():
+        value = OmegaConf.select(node, name, throw_on_missing=False) if isinstance(node, DictConfig) else None
+        sub = f.type if is_dataclass(f.type) else (f.default_factory if f.default_factory is not MISSING
+                                                   and is_dataclass(f.default_factory) else None)
+        if sub is not None and isinstance(value, DictConfig):
+            _walk(sub, value, f"{path}{name}.", errors)
+        elif "range" in f.metadata and value is not None:
+            msg = _range_error(f"{path}{name}", value, f.metadata["range"], f.metadata["power_of_two"])
+            if msg:
+                errors.append(msg)
 
 
-def mark_job_start() -> None:
-    """Called as each job starts. The first job's clock starts at process launch (imports, Hydra);
-    a later job of the same multirun process starts its own clock, set back by that same start-up
-    cost, so every job pays it once, as if it had been launched alone."""
-    global _first_job_start, _job_launch
-    now = time.time()
-    proc = _start_time("self") or now
-    if _first_job_start is None:
-        _first_job_start, _job_launch = now, proc
-    else:
-        _job_launch = now - (_first_job_start - proc)
+def check(cfg) -> None:
+    """Raise ConfigError for a key outside the schema or a number outside its declared range."""
+    errors: list = []
+    node = OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]) if "hydra" in cfg else cfg
+    _walk(Config, node, "", errors)
+    t = cfg.train
+    if t.min_lr > t.lr:
+        errors.append(f"train.min_lr={t.min_lr} is above train.lr={t.lr}: the cosine decays from lr to min_lr")
+    if errors:
+        raise ConfigError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
 
 
-def launch_time() -> float:
-    """When this job was launched: time-to-target clocks count from here, imports included."""
-    return _job_launch or _start_time("self") or time.time()
-
-
+# -- run dir naming --------------------------------------------------------------------------------
 def run_stamp() -> str:
     """The run dir's time stamp. Under torchrun every rank must name the same dir, so ranks use
     the start time of their common parent (the torchrun agent) instead of their own clock."""
-    when = (_start_time(os.getppid()) if "LOCAL_RANK" in os.environ else None) or time.time()
+    from .clock import start_of
+    when = (start_of(os.getppid()) if "LOCAL_RANK" in os.environ else None) or time.time()
     return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(when))
 
 

@@ -36,6 +36,8 @@ import time
 
 import torch
 
+from .graphs import capture
+
 PATHS = ("recompute", "kv_cache", "static", "static_graph", "compiled", "fused")
 MASKED_PATHS = ("static", "static_graph", "compiled", "fused")  # attend under an explicit validity mask (prefill)
 GRAPHED = ("static_graph", "fused")  # one decode step captured in a CUDA graph when on CUDA
@@ -286,20 +288,11 @@ class Decoder:
         self._rewind()
 
     def _capture(self):
-        side = torch.cuda.Stream()  # warm-up off the default stream, as graph capture requires
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self._warm_up()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            logits = self._step()  # lives in the graph's pool: every replay rewrites it
-
-        def replay():
-            graph.replay()
-            return logits
-
-        self.graph, self.step = graph, replay
+        def warm():
+            self._rewind()
+            self.step()
+        captured = capture(self._step, warmup=WARMUP_STEPS, reset=self._rewind, warm=warm)
+        self.graph, self.step = captured.graph, captured.replay  # logits live in the graph's pool
 
     def _compile(self):
         # fixed addresses let the CUDA graphs of reduce-overhead mutate these buffers in place

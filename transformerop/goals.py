@@ -59,6 +59,10 @@ def judge(g, df, records) -> dict:
             and _num(df[col][i]) and _matches(parse_overrides(r.get("overrides")), g)]
     out = {"what": g.get("what", metric), "reference": g.get("reference"), "note": g.get("note", "")}
     target = g.get("goal_x_baseline") or g.get("goal")
+    ran_on = sorted({(r.get("env") or {}).get("device_name") for r in records if r.get("status") == "ok"} - {None})
+    if g.get("device") and ran_on and g["device"] not in ran_on:  # a goal holds only where it was measured
+        return {**out, "ours": None, "row": "", "bound": "",
+                "verdict": f"not judged here (the goal is for {g['device']}; this ran on {', '.join(ran_on)})"}
     if not rows:
         return {**out, "ours": None, "row": "no ok row", "verdict": "not measured", "bound": ""}
     best = (min if lower else max)(rows, key=lambda i: df[col][i])

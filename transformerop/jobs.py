@@ -1,28 +1,31 @@
-"""One Hydra job: validate, pick the task, run it, and record the outcome whatever it is.
+"""One Hydra job: check, pick the task, run it, and record the outcome whatever it is.
 
-Config errors fail before any work (a single run leaves no output dir behind); a backend that
-cannot run here marks the job `skipped`; any other exception marks it `failed`. In a multirun
-the sweep goes on and run.py exits non-zero at the end if any job failed."""
+A single run checks its config before Hydra makes the run dir (the Preflight callback): bad
+input exits with one line (exit 2) and leaves nothing behind; a backend that cannot run here
+says so in one line (exit 3). In a multirun each job is checked on its own and recorded:
+`failed` (with a W&B run finished as failed) or `skipped`, and the sweep goes on; run.py exits
+non-zero at the end if any job failed. With sweep.isolate=true every job runs in a fresh process
+of its own (isolate.py), so what it measures from launch is what a user would see."""
 import gc
 import importlib
-import shutil
+import logging
+import os
 import sys
 import traceback
 from pathlib import Path
 
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 
-from . import distributed, tracking
-from .config import mark_job_start
+from . import clock, config, distributed, tracking
+from .errors import BackendUnavailable, ConfigError, UserError, show_traceback
 from .runtime import env_info, peak_memory_bytes, pick_device
 
+log = logging.getLogger(__name__)
 TASKS = ("train", "generate", "bench", "profile", "validate", "calibrate", "predict", "report")
-
-
-class ConfigError(ValueError):
-    """A config that cannot work: reported in one line before anything runs."""
+GROUP_ENV = "TRANSFORMEROP_GROUP"  # set by an isolating sweep for its child processes
 
 
 def task_module(name: str):
@@ -31,10 +34,14 @@ def task_module(name: str):
     return importlib.import_module(f"transformerop.tasks.{name}")
 
 
-def validate(cfg) -> None:
-    """Every check that needs no data and no device work. Raises ConfigError or BackendUnavailable."""
-    from .model import validate_model_config, get_backend
+def validate(cfg, with_data: bool = True) -> None:
+    """Every check that needs no training and no timing: schema ranges and keys, shapes, dtype,
+    device, backend, the task's own checks, the data file. Raises ConfigError (or another
+    UserError) or BackendUnavailable."""
+    from .data import check_data
+    from .model import get_backend, validate_model_config
     from .runtime import torch_dtype
+    config.check(cfg)
     try:  # a ValueError anywhere here is a config that cannot work
         mod = task_module(cfg.task.name)
         validate_model_config(cfg)
@@ -43,17 +50,55 @@ def validate(cfg) -> None:
         get_backend(cfg.attention.name).check(cfg, device)  # may raise BackendUnavailable (-> skipped)
         if hasattr(mod, "check"):
             mod.check(cfg, device)
+    except UserError:
+        raise
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if with_data and getattr(mod, "needs_data", lambda c: True)(cfg):
+        check_data(cfg)
+
+
+def one_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+class Preflight(Callback):
+    """Hydra callback: a single run's config is checked before Hydra makes its run dir."""
+
+    def on_run_start(self, config, **kwargs) -> None:
+        from .isolate import CHILD_ENV
+        if os.environ.get(CHILD_ENV):  # a sweep's job in its own process: checked and recorded in run_job
+            return
+        try:
+            validate(config)
+        except UserError as e:
+            sys.stderr.write(f"error: {one_line(e)}\n")
+            raise SystemExit(2)
+        except BackendUnavailable as e:
+            sys.stderr.write(f"skipped: {one_line(e)}\n")
+            raise SystemExit(3)
+
+
+def labels(cfg, device) -> dict:
+    """What every compared row must say about itself: how the attention's matmuls round
+    (ieee / tf32 / bf16) and what computes its gradient (autograd / kernel / reference)."""
+    from .model import get_backend
+    try:
+        b = get_backend(cfg.attention.name)
+        return {"precision": b.precision(cfg.train.dtype, cfg.attention, device), "attention_backward": b.backward}
+    except (ValueError, ImportError):
+        return {"precision": "unknown", "attention_backward": "unknown"}
 
 
 def _attention_backward(cfg) -> str:
-    """What computes the attention gradient: autograd, our kernel, or a reference recompute."""
-    from .model import get_backend
-    try:
-        return get_backend(cfg.attention.name).backward
-    except (ValueError, ImportError):
-        return "unknown"
+    return labels(cfg, "cpu")["attention_backward"]
+
+
+def _launch_fallbacks() -> dict:
+    """A Triton kernel that had to fall back from its direct launch to the JIT says so here."""
+    launch = sys.modules.get("kernels.triton_launch")
+    err = getattr(launch, "fallback_error", None)
+    return {"triton_launch_fallback": err} if err else {}
 
 
 def _tags(cfg, choices) -> list:
@@ -71,49 +116,51 @@ def _error(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "message": str(exc) or type(exc).__name__, "traceback": tb[-4000:]}
 
 
-def run_job(cfg) -> dict | None:
-    from .model import BackendUnavailable
+def _group(cfg, hc, multirun: bool) -> str:
+    if os.environ.get(GROUP_ENV):
+        return os.environ[GROUP_ENV]
+    group = Path(hc.sweep.dir).name if multirun else "runs"
+    return f"{cfg.study.name}/{group}" if cfg.study.name and multirun else group
 
-    mark_job_start()
+
+def run_job(cfg) -> dict | None:
+    clock.job_started()
+    from .isolate import CHILD_ENV
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
+    in_sweep = multirun or bool(os.environ.get(CHILD_ENV))  # failures are recorded, never exit
     job_dir = Path(hc.runtime.output_dir)
     overrides = list(hc.overrides.task)
     choices = dict(hc.runtime.choices)
 
     previous = tracking.read_results(job_dir)
     if multirun and previous and previous.get("status") == "ok" and not cfg.rerun:
-        print(f"[{job_dir.name}] already ok in {job_dir} (rerun=true to run again): skipped")
+        log.info(f"[{job_dir.name}] already ok in {job_dir} (rerun=true to run again): skipped")
         return previous
+    if multirun and cfg.sweep.isolate:
+        from .isolate import run_isolated
+        return run_isolated(cfg, job_dir, overrides, _group(cfg, hc, multirun), hc.job.num)
 
-    group = Path(hc.sweep.dir).name if multirun else "runs"
-    if cfg.study.name and multirun:
-        group = f"{cfg.study.name}/{group}"
-    tracker = tracking.Tracker(cfg, job_dir, cfg.task.name, overrides, group, _tags(cfg, choices))
-    device = None
+    from .naming import run_name
+    tracker = tracking.Tracker(cfg, job_dir, cfg.task.name, overrides, _group(cfg, hc, multirun),
+                               _tags(cfg, choices), run_name(overrides, hc, job_dir))
     try:
         validate(cfg)
-    except ConfigError as e:
-        if not multirun:
-            _remove_fresh_dir(job_dir)
-            print(f"error: {e}", file=sys.stderr)
-            raise SystemExit(2)
-        return tracker.finish("failed", _error(e), env_info(torch.device("cpu")))
-    except BackendUnavailable as e:
-        print(f"[{job_dir.name}] skipped: {e}", file=sys.stderr)
-        tracker.start()
-        record = tracker.finish("skipped", _error(e), env_info(torch.device("cpu")))
-        if not multirun:
-            raise SystemExit(3)
-        return record
+    except (UserError, BackendUnavailable) as e:  # a single run checked this before its run dir
+        status = "skipped" if isinstance(e, BackendUnavailable) else "failed"
+        log.warning(f"[{job_dir.name}] {status}: {one_line(e)}")
+        tracker.start()  # the sweep's W&B group shows this job too, finished as failed or skipped
+        return tracker.finish(status, _error(e), env_info(torch.device("cpu")))
+    clock.mark("checks")
 
-    status, error = "ok", None
+    status, error, device = "ok", None, None
     try:
         device = distributed.init(pick_device(cfg.device))
         tracker.start()
-        tracker.set(attention_backward=_attention_backward(cfg))
+        clock.mark("wandb")
+        tracker.set(**labels(cfg, device))
         metrics = task_module(cfg.task.name).run(cfg) or {}
-        tracker.set(**metrics)
+        tracker.set(**metrics, **_launch_fallbacks())
     except BackendUnavailable as e:
         status, error = "skipped", _error(e)
     except Exception as e:  # recorded, and the sweep goes on
@@ -126,17 +173,21 @@ def run_job(cfg) -> dict | None:
     record = tracker.finish(status, error, env_info(device or torch.device("cpu")))
     distributed.shutdown()
     if error:
-        print(f"[{job_dir.name}] {status}: {error['type']}: {error['message']}", file=sys.stderr)
-        if not multirun:
-            if status == "failed":
-                print(error["traceback"], file=sys.stderr)
+        known = error["type"] in _known_errors()
+        first = error["message"].splitlines()[0]
+        log.error(f"error: {first}" if known and not in_sweep else f"[{job_dir.name}] {status}: {error['type']}: {first}")
+        if status == "failed" and (not known or show_traceback()):
+            log.error(error["traceback"])
+        if not in_sweep:
             raise SystemExit(1 if status == "failed" else 3)
     return record
 
 
-def _remove_fresh_dir(job_dir: Path) -> None:
-    """A config error leaves no run dir: remove it if it holds only Hydra's own files."""
-    if job_dir.exists() and all(p.name in (".hydra", "run.log", f"{Path(sys.argv[0]).stem}.log")
-                                for p in job_dir.iterdir()):
-        shutil.rmtree(job_dir, ignore_errors=True)
-
+def _known_errors() -> set:
+    """Error types printed as one line (the user can fix them): UserError and its subclasses."""
+    out, todo = set(), [UserError]
+    while todo:
+        c = todo.pop()
+        out.add(c.__name__)
+        todo += c.__subclasses__()
+    return out

@@ -30,14 +30,14 @@ DATA_RE = re.compile(r"<!-- report-data\n(.*?)\n-->", re.S)
 SCORE_START, SCORE_END = "<!-- scorecard:start -->", "<!-- scorecard:end -->"
 LOWER, HIGHER = "lower", "higher"  # which way is better
 # Metrics shown when any job has them, in this order, with the better direction where it matters.
-METRICS = {"params": None, "steps": None, "target_step": None, "time_to_target_s": LOWER,
+METRICS = {"precision": None, "attention_backward": None, "params": None, "steps": None, "target_step": None, "time_to_target_s": LOWER, "startup_s": None,
            "val_loss": LOWER, "bits_per_char": LOWER, "best_val_loss": None, "best_step": None,
-           "exact_match": HIGHER, "tok_per_s": HIGHER, "ms_per_token": LOWER, "setup_s": None,
+           "exact_match": HIGHER, "tok_per_s": HIGHER, "decode_tok_per_s": HIGHER, "ms_per_token": LOWER, "setup_s": None,
            "kernels_per_token": None, "kernel_us_per_token": None, "gpu_busy": None,
            "sync_over_one": None, "peak_memory_bytes": None, "wall_s": None}
 HEADLINES = ("time_to_target_s", "exact_match", "val_loss")  # for jobs with no timed region
 # Model-quality metrics mean something only for train jobs (elsewhere they come from a warm-up fit).
-TRAIN_ONLY = ("steps", "target_step", "time_to_target_s", "val_loss", "bits_per_char", "exact_match",
+TRAIN_ONLY = ("steps", "target_step", "time_to_target_s", "startup_s", "val_loss", "bits_per_char", "exact_match",
               "best_val_loss", "best_step")
 # Tasks whose finding is a ratio inside each job rather than against the baseline row.
 WITHIN_JOB = {"profile": ("sync_over_one", "per-phase syncs vs one sync per step")}
@@ -181,6 +181,10 @@ def build(records) -> tuple:
         df[f"{prefix}x_baseline"] = [_ratio(df[col][i], df[col][b], direction) if b is not None and
                                      records[i].get("status") == "ok" else math.nan for i, b in enumerate(base)]
     df["is_baseline"] = [bool(_baseline_pairs(r)) and _holds(o, _baseline_pairs(r)) for r, o in zip(records, ovs)]
+    if "precision" in df:  # a ratio across precisions is not like for like: the label says so
+        df["label"] = [lab + (f" [{p} vs {df['precision'][b]}]" if b is not None and isinstance(p, str)
+                              and isinstance(df["precision"][b], str) and p != df["precision"][b] else "")
+                       for lab, p, b in zip(df["label"], df["precision"], base)]
     return df, {"swept": swept, "names": names, "common": {k: v for k, v in ovs[0].items() if k not in swept},
                 "single": single, "regions": regions, "measures": measures}
 
@@ -239,7 +243,8 @@ def _facts(records, meta, paths) -> dict:
     axes = [] if study.get("name") else [f"{k}={','.join(dict.fromkeys(str(o.get(k, '')) for o in ovs))}"
                                          for k in meta["swept"]]
     devices = sorted({(r.get("env") or {}).get("device_name") for r in records} - {None})
-    return {"study": study.get("name") or "", "smoke": bool(study.get("smoke")), "baseline": study.get("baseline") or "",
+    prov = provenance(records)
+    return {"code": prov["text"], "clean": prov["clean"], "study": study.get("name") or "", "smoke": bool(study.get("smoke")), "baseline": study.get("baseline") or "",
             "command": " ".join(["python run.py -m", *(f"{k}={v}" for k, v in meta["common"].items()), *axes]),
             "device": ", ".join(devices) or "unknown", "cuda": env.get("cuda"), "torch": env.get("torch"),
             "triton": env.get("triton"), "git_sha": env.get("git_sha"), "task": records[0].get("task"),
@@ -247,12 +252,31 @@ def _facts(records, meta, paths) -> dict:
             "counts": {s: sum(r.get("status") == s for r in records) for s in ("ok", "failed", "skipped")}}
 
 
+def provenance(records) -> dict:
+    """Which code ran: the commits of the jobs, and whether any ran with uncommitted changes
+    (records from before dirty flags were kept count as unknown, never as clean)."""
+    envs = [r.get("env") or {} for r in records if r.get("status") != "skipped" or r.get("env")]
+    commits = sorted({e.get("git_commit") or e.get("git_sha") or "unknown" for e in envs})
+    dirty = sorted({e.get("git_diff_sha256") for e in envs if e.get("git_dirty")} - {None})
+    unknown = any(e.get("git_dirty") is None for e in envs)
+    clean = not dirty and not unknown and "unknown" not in commits
+    text = ", ".join(c[:7] for c in commits) or "unknown"
+    if dirty:
+        text += f" with uncommitted changes (diff {', '.join(dirty)})"
+    elif unknown:
+        text += " (clean or not: not recorded)"
+    else:
+        text += " (clean)"
+    return {"commits": commits, "clean": clean, "text": text}
+
+
 def markdown(df, meta, facts, image: str, extra=()) -> str:
     f, c = facts, facts["counts"]
     head = {"study": (f["study"] or "-") + (" (smoke: CPU-sized)" if f["smoke"] else ""),
             "baseline": f"`{f['baseline']}`" if f["baseline"] else "none", "command": f"`{f['command']}`",
             "device": f["device"] + (f" (cuda {f['cuda']})" if f["cuda"] else ""),
-            "torch": f"{f['torch']} (triton {f['triton']})", "date": f"{f['date']} (git {f['git_sha']})",
+            "torch": f"{f['torch']} (triton {f['triton']})", "date": f["date"],
+            "code": f["code"] if f["clean"] else f"**not a clean commit**: {f['code']}",
             "sweep": f"`{f['sweep']}`",
             "jobs": f"{sum(c.values())}: {c['ok']} ok, {c['failed']} failed, {c['skipped']} skipped"}
     data = {**f, "names": meta["names"], "within": WITHIN_JOB.get(f["task"]),
@@ -275,9 +299,19 @@ def _bars(ax, df, rows, p: str, title: str) -> None:
     ax.set_title(f"{title} (grey = baseline)", fontsize=9)
 
 
+def val_curve(r) -> list:
+    """(step, val loss) of a record's in-loop evals (records before the eval/ names: val_loss)."""
+    pts = []
+    for h in r.get("history") or []:
+        v = h.get("eval/val_loss", h.get("val_loss"))
+        if h.get("step") is not None and v is not None:
+            pts.append((h["step"], v))
+    return pts
+
+
 def _curves(ax, df, records) -> None:
     for label, r in zip(df["label"], records):
-        pts = [(h["step"], h["val_loss"]) for h in r.get("history") or [] if h.get("step") is not None and "val_loss" in h]
+        pts = val_curve(r)
         if pts:
             ax.plot(*zip(*pts), marker=".", label=label)
     ax.set(xlabel="step", ylabel="val loss")
@@ -299,7 +333,7 @@ def chart(df, meta, records, path: Path, title: str) -> None:
         if rows.any():
             panels.append(lambda ax, rows=rows, p=p, n=n: _bars(ax, df, rows, p, n))
     good = [r if g else {} for r, g in zip(records, ok)]
-    if any("val_loss" in h for r in good for h in r.get("history") or []):
+    if any(val_curve(r) for r in good):
         panels.append(lambda ax: _curves(ax, df, good))
     ncols = 1 if len(panels) <= 1 else 2
     nrows = max(1, math.ceil(len(panels) / ncols))
@@ -343,14 +377,18 @@ def log_wandb(df, png: Path, md: Path, records, out_dir: Path, facts) -> str:
         return f"W&B: logging failed ({type(e).__name__}: {e}); the local report is complete"
 
 
-def report(paths, use_wandb: bool = True, publish=None) -> dict:
-    """Build and write the report of the sweep dir(s); returns the files, table and facts."""
+def report(paths, use_wandb: bool = True, publish=None, allow_dirty: bool = False) -> dict:
+    """Build and write the report of the sweep dir(s); returns the files, table and facts.
+    Publishing refuses records of uncommitted code unless allow_dirty (the header then says so)."""
     paths = [Path(p) for p in paths]
     if not paths:
         raise ReportError("give at least one sweep dir")
     records = load_records(paths)
     df, meta = build(records)
     facts = _facts(records, meta, paths)
+    if publish and not facts["clean"] and not allow_dirty:
+        raise ReportError(f"--publish: these records are not from a clean commit ({facts['code']}); rerun from "
+                          "a clean commit, or pass --allow-dirty to publish them labelled as such")
     out = paths[0] if paths[0].is_dir() else paths[0].parent
     md, csv, png = out / "report.md", out / "report.csv", out / "report.png"
     chart(df, meta, records, png, f"{facts['study'] or out.name} on {facts['device']}" + " (smoke)" * facts["smoke"])
@@ -373,6 +411,7 @@ def main(argv=None) -> int:
     p.add_argument("paths", nargs="*", help="sweep dirs (outputs/multirun/<stamp>), searched recursively")
     p.add_argument("--no-wandb", action="store_true", help="do not log the report to W&B")
     p.add_argument("--publish", metavar="DIR", help="also write DIR/<study>.md and .png (experiments/results)")
+    p.add_argument("--allow-dirty", action="store_true", help="with --publish: accept records of uncommitted code")
     p.add_argument("--scorecard", metavar="DIR", help="print the README scorecard built from DIR/*.md")
     p.add_argument("--readme", metavar="FILE", help="with --scorecard: rewrite FILE's scorecard block instead")
     a = p.parse_args(argv)
@@ -387,7 +426,7 @@ def main(argv=None) -> int:
             return 0
         if not a.paths:
             raise ReportError("give a sweep dir: python -m transformerop.report outputs/multirun/<stamp>")
-        out = report(a.paths, use_wandb=not a.no_wandb, publish=a.publish)
+        out = report(a.paths, use_wandb=not a.no_wandb, publish=a.publish, allow_dirty=a.allow_dirty)
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
 """Device choice, seeding, dtype and environment facts shared by every task."""
 import contextlib
+import hashlib
 import os
 import random
 import resource
@@ -41,10 +42,11 @@ def torch_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
-def autocast(device: torch.device, dtype_name: str):
-    """bf16 autocast where it exists (CUDA); fp32 runs with no context at all."""
+def autocast(device: torch.device, dtype_name: str, cache: bool = True):
+    """bf16 autocast where it exists (CUDA); fp32 runs with no context at all. cache=False inside
+    a CUDA-graph capture: a cached weight cast made outside the capture would not be replayed."""
     if dtype_name == "bfloat16" and device.type in ("cuda", "cpu"):
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=cache)
     return contextlib.nullcontext()
 
 
@@ -65,17 +67,37 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-def git_sha() -> str:
+def _git(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, timeout=10)
+
+
+def git_info() -> dict:
+    """The code that ran: commit, whether the tree had uncommitted changes (tracked or untracked
+    files outside .gitignore), and a hash of those changes, so two dirty runs can be told apart."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True, timeout=5).stdout.strip() or "unknown"
+        sha = _git("rev-parse", "HEAD").stdout.decode().strip()
+        if not sha:
+            return {"git_sha": "unknown", "git_commit": "unknown", "git_dirty": None, "git_diff_sha256": None}
+        diff = _git("diff", "HEAD", "--binary").stdout
+        untracked = _git("ls-files", "--others", "--exclude-standard", "-z").stdout.split(b"\0")
+        h = hashlib.sha256(diff)
+        for name in sorted(u for u in untracked if u):
+            h.update(name)
+            try:
+                h.update((REPO_ROOT / name.decode()).read_bytes())
+            except OSError:
+                pass
+        dirty = bool(diff) or any(untracked)
+        return {"git_sha": sha[:7], "git_commit": sha, "git_dirty": dirty,
+                "git_diff_sha256": h.hexdigest()[:16] if dirty else None}
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        return {"git_sha": "unknown", "git_commit": "unknown", "git_dirty": None, "git_diff_sha256": None}
 
 
 def env_info(device: torch.device) -> dict:
-    info = {"device": str(device), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "git_sha": git_sha(), "hostname": os.uname().nodename, "cpu_threads": torch.get_num_threads()}
+    info = {"device": str(device), "torch": torch.__version__, "cuda": torch.version.cuda, **git_info(),
+            "hostname": os.uname().nodename, "cpu_threads": torch.get_num_threads(),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
     try:
         import triton
         info["triton"] = triton.__version__

@@ -1,6 +1,13 @@
-"""Every job's record: a W&B run (offline by default, files inside the job dir) and a
-`results.json` written whatever happens. The report reads only results.json files."""
+"""Every job's record, written to two sinks from one place: a W&B run (offline by default, files
+inside the job dir) and `results.json`, written whatever happens. The report reads only
+results.json; tests read the W&B run's record log back (wandb_log.py) and require the two to
+agree on config, summary and exit code.
+
+Names: `metrics` are final scalars (W&B summary = results.json metrics, key for key). History
+rows (the curves) use their own names (`eval/val_loss`, `train/window_step_ms`, ...) so that no
+logged row can overwrite a final metric in the W&B summary."""
 import json
+import logging
 import os
 import time
 import uuid
@@ -9,7 +16,9 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
+log = logging.getLogger(__name__)
 RESULTS = "results.json"
+ATTEMPTS = "attempts"  # earlier records of a job dir, kept when a newer attempt replaces or fails after them
 _current = None
 # A W&B service inherited from a parent process (one that used wandb, then launched us) keeps the
 # stream of a job killed by SIGKILL open forever, so the job's resume would be refused ("run ID
@@ -38,10 +47,14 @@ def read_results(job_dir) -> dict | None:
         return None
 
 
+def _scalar(v) -> bool:
+    return isinstance(v, (int, float, str, bool)) or v is None
+
+
 class Tracker:
-    def __init__(self, cfg, job_dir: Path, task: str, overrides: list, group: str, tags: list):
+    def __init__(self, cfg, job_dir: Path, task: str, overrides: list, group: str, tags: list, name: str = ""):
         self.cfg, self.job_dir, self.task = cfg, Path(job_dir), task
-        self.overrides, self.group, self.tags = overrides, group, tags
+        self.overrides, self.group, self.tags, self.name = overrides, group, tags, name or Path(job_dir).name
         self.metrics, self.timings, self.tables, self.history = {}, {}, {}, []
         self.run = None
         self.started = time.time()
@@ -62,31 +75,40 @@ class Tracker:
         os.environ.setdefault("WANDB_SILENT", "true")
         self.run = wandb.init(
             project=lc.project, entity=lc.entity, group=self.group, job_type=self.task, tags=self.tags,
-            name=f"{self.group}/{self.job_dir.name}", id=run_id, resume="allow", dir=str(self.job_dir),
-            mode=lc.mode, config=OmegaConf.to_container(self.cfg, resolve=True), reinit="create_new",
-            settings=wandb.Settings(console="off", x_disable_stats=True),
+            name=self.name, id=run_id, resume="allow", dir=str(self.job_dir), mode=lc.mode,
+            config=OmegaConf.to_container(self.cfg, resolve=True), reinit="create_new",
+            settings=wandb.Settings(console=lc.console, x_disable_stats=not lc.system_metrics),
         )
-        for key, how in (("val_loss", "min"), ("train_loss", "min"), ("exact_match", "max"),
-                         ("bits_per_char", "min"), ("tok_per_s", "max")):
+        # the curves' own summaries, under their own names (never a final metric's key)
+        for key, how in (("eval/val_loss", "min"), ("eval/train_loss", "min"), ("eval/exact_match", "max")):
             self.run.define_metric(key, summary=how)
 
-    def log(self, metrics: dict, step: int | None = None) -> None:
-        self.history.append({"step": step, **metrics})
+    def log(self, row: dict, step: int | None = None) -> None:
+        """One history row (a point on the curves)."""
+        self.history.append({"step": step, **row})
         if self.run is not None:
-            self.run.log(metrics, step=step)
+            self.run.log(row, step=step)
+
+    def resume_history(self, rows: list) -> None:
+        """The curve so far, from a checkpoint. Rows are logged again to this (resumed) W&B run:
+        the killed process's last rows may never have reached its files, and on upload the
+        server keeps only steps it does not have yet."""
+        self.history = list(rows)
+        if self.run is not None:
+            for row in rows:
+                if row.get("step") is not None:
+                    self.run.log({k: v for k, v in row.items() if k != "step"}, step=row["step"])
 
     def set(self, **metrics) -> None:
-        """Final scalar metrics (W&B summary and results.json `metrics`)."""
+        """Final scalar metrics: results.json `metrics` and the W&B summary, the same keys."""
         self.metrics.update(metrics)
         if self.run is not None:
             self.run.summary.update(metrics)
 
     def timing(self, name: str, stats: dict) -> None:
-        """One timed region: median, spread, repeats, warm-up, predicted, measured/predicted."""
+        """One timed region: median, spread, repeats, warm-up, predicted, measured/predicted.
+        results.json keeps the whole row; W&B gets them as one `timings` table at the end."""
         self.timings[name] = stats
-        if self.run is not None:
-            self.run.summary.update({f"timing/{name}/{k}": v for k, v in stats.items()
-                                     if isinstance(v, (int, float))})
 
     def table(self, name: str, columns: list, rows: list) -> None:
         self.tables[name] = {"columns": columns, "rows": rows}
@@ -101,8 +123,9 @@ class Tracker:
     def wandb_info(self) -> dict:
         if self.run is None:
             return {"mode": "off"}
+        folders = sorted(str(p) for p in (self.job_dir / "wandb").glob(f"*-run-*-{self.run.id}"))
         return {"mode": self.cfg.logger.mode, "run_id": self.run.id, "project": self.cfg.logger.project,
-                "group": self.group, "dir": str(Path(self.run.dir).parent)}
+                "group": self.group, "name": self.name, "dir": str(Path(self.run.dir).parent), "folders": folders}
 
     # -- results.json --------------------------------------------------------
     def record(self, status: str, error: dict | None, env: dict) -> dict:
@@ -116,13 +139,41 @@ class Tracker:
             "wall_s": round(time.time() - self.started, 3),
         }
 
+    def _write(self, record: dict) -> Path:
+        """results.json, unless that would replace an ok record with a failed one: then the failed
+        attempt is kept under attempts/ and the ok record stays. A replaced record is kept there too."""
+        path = self.job_dir / RESULTS
+        old = read_results(self.job_dir)
+        stamp = record["started"].replace(":", "-")
+        attempts = self.job_dir / ATTEMPTS
+        if old is not None and old.get("status") == "ok" and record["status"] != "ok":
+            attempts.mkdir(exist_ok=True)
+            kept = attempts / f"results-{stamp}-{record['status']}.json"
+            write_json_atomic(kept, record)
+            log.info(f"this attempt {record['status']}; the earlier ok {path} is kept, this record is {kept}")
+            return kept
+        if old is not None:
+            attempts.mkdir(exist_ok=True)
+            write_json_atomic(attempts / f"results-{str(old.get('started', 'unknown')).replace(':', '-')}-"
+                                         f"{old.get('status')}.json", old)
+        write_json_atomic(path, record)
+        return path
+
     def finish(self, status: str, error: dict | None, env: dict) -> dict:
         global _current
         record = self.record(status, error, env)
         if self.main:
-            write_json_atomic(self.job_dir / RESULTS, record)
+            self._write(record)
         if self.run is not None:
-            self.run.summary.update({"status": status, **({"error": error["message"]} if error else {})})
+            import wandb
+            if self.timings:
+                cols = sorted({k for row in self.timings.values() for k, v in row.items() if _scalar(v)})
+                self.run.log({"timings": wandb.Table(columns=["region", *cols],
+                                                     data=[[n, *(row.get(c) for c in cols)]
+                                                           for n, row in self.timings.items()])})
+            # the whole metrics dict last, after every history row: the summary equals results.json
+            self.run.summary.update({**self.metrics, "status": status,
+                                     **({"error": error["message"]} if error else {})})
             self.run.finish(exit_code=0 if status != "failed" else 1)
             self.run = None
         _current = None
@@ -142,7 +193,9 @@ class SweepSummary(Callback):
             reason = (r.get("error") or {}).get("message", "")
             rows.append((path.parent.name, r.get("status"), " ".join(r.get("overrides", [])), reason))
         counts = {s: sum(1 for r in rows if r[1] == s) for s in ("ok", "failed", "skipped")}
-        print(f"\nSweep {sweep_dir}: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped")
+        lines = [f"Sweep {sweep_dir}: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped"]
         for job, status, overrides, reason in rows:
-            print(f"  [{status:7}] {job:>3}  {overrides}" + (f"  -- {reason.splitlines()[0][:160]}" if reason else ""))
+            lines.append(f"  [{status:7}] {job:>3}  {overrides}"
+                         + (f"  -- {reason.splitlines()[0][:160]}" if reason else ""))
+        log.info("\n" + "\n".join(lines))
         SweepSummary.failed = counts["failed"] > 0

@@ -1,7 +1,12 @@
 """The training loop: AdamW, warm-up + cosine, grad clipping, periodic eval, atomic
-checkpoints with resume, bf16 autocast, optional torch.compile. Host syncs happen only at
-log/eval points so the loop measures the model, not the loop."""
+checkpoints with resume, bf16 autocast, optional torch.compile and a CUDA-graphed step. Host
+syncs happen only at log/eval points so the loop measures the model, not the loop.
+
+One train step, written once: `forward_backward` (one micro-batch) and `optimizer_step` (clip,
+AdamW, zero the grads). `train_step` strings them together eagerly; train.cuda_graph captures
+the same two calls (graphed.py); the gradient gate and task=profile call them one by one."""
 import contextlib
+import logging
 import math
 import time
 from pathlib import Path
@@ -9,10 +14,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from . import checkpoint, distributed
-from .config import launch_time
+from . import checkpoint, clock, distributed
 from .runtime import autocast, sync
 
+log = logging.getLogger(__name__)
 LOG_EVERY = 10  # steps between the (one) host sync that reads losses back
 
 
@@ -58,26 +63,17 @@ def set_lr(opt, lr: float) -> None:
 
 
 @torch.no_grad()
-def estimate_loss(model, data, t, device, seed: int, full: bool = False, splits=("train", "val")) -> dict:
-    """Mean loss per split: eval_iters random batches from a fixed generator (same batches every
-    eval, so curves compare), or every window of the split once when full=True."""
-    model.eval()
-    out = {}
-    for split in splits:
-        if full or data.kind == "addition":
-            batches = data.eval_batches(split, t.batch_size)
-        else:
-            gen = torch.Generator(device=device).manual_seed(seed + 1)
-            batches = (data.batch(split, t.batch_size, gen) for _ in range(t.eval_iters))
-        total, count = torch.zeros((), device=device), 0
-        for x, y in batches:
-            with autocast(device, t.dtype):
-                _, loss = model(x, y)
-            total += loss.float()
-            count += 1
-        out[split] = (total / count).item()
-    model.train()
-    return out
+def evaluate_loss(model, batches, device, dtype_name: str) -> float:
+    """Mean loss per scored target over `batches` (targets -1 are not scored), one host sync."""
+    total = torch.zeros((), device=device, dtype=torch.float64)
+    count = torch.zeros((), device=device, dtype=torch.float64)
+    for x, y in batches:
+        with autocast(device, dtype_name):
+            _, loss = model(x, y)
+        n = (y >= 0).sum()
+        total += loss.double() * n
+        count += n
+    return (total / count).item()
 
 
 def _plant_slow_path(kind: str, x, device):
@@ -148,11 +144,29 @@ class Trainer:
         if self.rank < len(states):  # resuming on more ranks than saved: the new ones start fresh
             self.gen.set_state(states[self.rank])
         if self.tracker is not None:
-            self.tracker.history = [h for h in st.get("history", []) if (h.get("step") or 0) <= self.step]
+            self.tracker.resume_history([h for h in st.get("history", []) if (h.get("step") or 0) <= self.step])
 
-    # -- loop ----------------------------------------------------------------
+    # -- evaluation ----------------------------------------------------------
+    def losses(self, full: bool, splits=("train", "val")) -> dict:
+        """Mean loss per split: every target of the split once (full, and addition's held-out
+        sums always), or eval_iters random batches from a fixed generator (the same batches every
+        eval, so curves compare)."""
+        t, out = self.t, {}
+        was_training = self.model.training
+        self.model.eval()
+        for split in splits:
+            # addition's held-out sums are few: its val loss is always exact, over all of them
+            if full or (self.data.kind == "addition" and split == "val"):
+                batches = self.data.eval_batches(split, t.batch_size)
+            else:
+                gen = torch.Generator(device=self.device).manual_seed(self.cfg.seed + 1)
+                batches = (self.data.batch(split, t.batch_size, gen) for _ in range(t.eval_iters))
+            out[split] = evaluate_loss(self.model, batches, self.device, t.dtype)
+        self.model.train(was_training)
+        return out
+
     def evaluate(self, full: bool = False, splits=("train", "val")) -> dict:
-        losses = estimate_loss(self.model, self.data, self.t, self.device, self.cfg.seed, full, splits)
+        losses = self.losses(full, splits)
         m = {f"{k}_loss": v for k, v in losses.items()}
         if self.data.kind == "text":
             m["bits_per_char"] = losses["val"] / math.log(2)
@@ -160,26 +174,39 @@ class Trainer:
             m["exact_match"], _ = self.data.exact_match(self.raw_model)
         return m
 
-    def train_step(self, step: int):
+    # -- one step --------------------------------------------------------------
+    def forward_backward(self, x, y, scale: float = 1.0):
+        """One micro-batch: forward under the run's autocast, backward of loss * scale."""
+        with autocast(self.device, self.t.dtype, cache=self.graphed is None):
+            _, loss = self.model(x, y)
+        (loss * scale if scale != 1.0 else loss).backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        """Clip (on the device), AdamW, and drop the grads for the next step."""
+        if self.t.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.grad_clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def eager_step(self):
+        """grad_accum micro-batches, then one optimizer step. Returns the last micro-batch's loss."""
         t = self.t
-        set_lr(self.opt, lr_at(step, t))
-        if self.graphed is not None:
-            return self.graphed(step)
         for micro in range(t.grad_accum):
             x, y = self.data.batch("train", t.batch_size, self.gen)
             _plant_slow_path(t.slow_path, x, self.device)
             last = micro == t.grad_accum - 1
             # Under DDP, all-reduce gradients only once, on the last micro-step.
             with self.model.no_sync() if self.ddp and not last else contextlib.nullcontext():
-                with autocast(self.device, t.dtype):
-                    _, loss = self.model(x, y)
-                (loss / t.grad_accum).backward()
-        if t.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), t.grad_clip)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        return loss.detach()
+                loss = self.forward_backward(x, y, 1.0 / t.grad_accum)
+        self.optimizer_step()
+        return loss
 
+    def train_step(self, step: int):
+        set_lr(self.opt, lr_at(step, self.t))
+        return self.graphed(step) if self.graphed is not None else self.eager_step()
+
+    # -- loop ----------------------------------------------------------------
     def _check_losses(self, upto: int) -> float:
         """One host sync: raise on the first non-finite loss since the last check."""
         n = (upto - 1) % LOG_EVERY + 1
@@ -190,14 +217,24 @@ class Trainer:
                                     f"the last good checkpoint is kept at {self.ckpt_path}")
         return sum(losses) / n
 
+    def _eval_point(self, step: int) -> dict:
+        """An in-loop eval. With a target loss the stop decision reads the whole val split (the
+        quantity the target names); otherwise train.eval_full / eval_train choose."""
+        t = self.t
+        if t.target_loss is not None:
+            return self.evaluate(True, ("val",))
+        return self.evaluate(t.eval_full, ("train", "val") if t.eval_train else ("val",))
+
     def fit(self) -> dict:
         t = self.t
         start = self.step
-        bar = tqdm(total=t.max_iters, initial=start, disable=not (t.progress and self.main), desc="train", mininterval=1.0)
+        # disable=None: the bar turns itself off when stderr is not a terminal (logs, CI, sweeps)
+        bar = tqdm(total=t.max_iters, initial=start, disable=None if t.progress and self.main else True,
+                   desc="train", mininterval=1.0)
         last = {}
         self.model.train()
         t_log, step_log = time.perf_counter(), start
-        reached, eval_s = None, 0.0
+        reached, eval_s, first_step_at = None, 0.0, None
         for step in range(start, t.max_iters + 1):
             self.step = step
             if step % t.eval_interval == 0 or step == t.max_iters:
@@ -205,27 +242,32 @@ class Trainer:
                     if step > start:
                         self._check_losses(step)
                     t_eval = time.perf_counter()
-                    # eval_train=false: a time-to-target check needs only the val loss
-                    last = self.evaluate(t.eval_full, ("train", "val") if t.eval_train else ("val",))
+                    last = self._eval_point(step)
                     eval_s += time.perf_counter() - t_eval
                     if last["val_loss"] < self.best_val:
                         self.best_val = last["val_loss"]
                         self.best_step = step
                         self.save_best()
                     if self.tracker:
-                        self.tracker.log({**last, "lr": lr_at(step, t)}, step=step)
+                        self.tracker.log({**{f"eval/{k}": v for k, v in last.items()}, "train/lr": lr_at(step, t)},
+                                         step=step)
                     if self.main:
-                        bar.write(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
+                        log.info(f"step {step}: " + ", ".join(f"{k} {v:.4f}" for k, v in last.items()))
+                    if t.target_loss is not None and last["val_loss"] <= t.target_loss:
+                        reached = step  # on the job's clock: imports, capture, compile, evals included
+                        self.time_to_target_s = clock.since_origin()
+                        break
                     if step < t.max_iters:
                         self.save()
                     t_log, step_log = time.perf_counter(), step  # eval time stays out of the step time
-                    if t.target_loss is not None and last["val_loss"] <= t.target_loss and reached is None:
-                        reached = step  # wall clock from process launch: imports, compile, evals included
-                        self.time_to_target_s = time.time() - launch_time()
-                        break
             if step == t.max_iters:
                 break
+            if first_step_at is None:
+                clock.mark("eval_at_start")
             loss = self.train_step(step)
+            if first_step_at is None:  # start-up ends when the first step is done (capture, compile in it)
+                sync(self.device)
+                first_step_at = clock.mark("first_step")
             self.loss_buf[step % LOG_EVERY] = loss
             if (step + 1) % LOG_EVERY == 0:
                 mean = self._check_losses(step + 1)
@@ -236,13 +278,17 @@ class Trainer:
                 toks = t.batch_size * t.grad_accum * self.seq_len * distributed.world_size() / dt  # all ranks
                 bar.set_postfix(loss=f"{mean:.4f}", tok_s=f"{toks:,.0f}", refresh=False)
                 if self.tracker:
-                    self.tracker.log({"train_loss_step": mean, "tok_per_s": toks, "step_ms": dt * 1e3}, step=step + 1)
+                    self.tracker.log({"train/loss": mean, "train/window_tok_per_s": toks,
+                                      "train/window_step_ms": dt * 1e3}, step=step + 1)
             bar.update(1)
         bar.close()
         self.step = t.max_iters if reached is None else reached
         self.save()
         out = {**last, "steps": self.step, "best_val_loss": self.best_val, "best_step": self.best_step,
                "eval_s": eval_s}
+        p = clock.prefix()
+        if first_step_at is not None:
+            out[f"{p}startup_s"] = first_step_at
         if reached is not None:
-            out.update(target_step=reached, time_to_target_s=self.time_to_target_s)
+            out.update({"target_step": reached, f"{p}time_to_target_s": self.time_to_target_s})
         return out

@@ -2,8 +2,11 @@
 beside the wall time that measure() took. gpu_busy = kernel time / wall time says what bounds
 the region: near 1, the kernels (bandwidth, occupancy); far below, the gaps between them (host
 work, launches). Kernel time comes from a separate profiled run, warm (no L2 flush)."""
+import logging
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+log = logging.getLogger(__name__)
 
 
 def on_device(e) -> bool:
@@ -35,12 +38,12 @@ def profile_beside(fn, per: int, wall_ms: float, unit: str, tracker, name: str) 
     try:
         kp = kernel_profile(fn, per)
     except Exception as e:  # noqa: BLE001
-        print(f"profile: failed ({type(e).__name__}: {e}); the timing stands")
+        log.info(f"profile: failed ({type(e).__name__}: {e}); the timing stands")
         return {"profile_error": f"{type(e).__name__}: {e}"}
     busy = kp["kernel_us"] / (wall_ms * 1e3)
     tracker.table(name, ["kernel", f"us_per_{unit}", f"launches_per_{unit}", "median_us"], kp["top"])
-    print(f"profile: {kp['kernels']:.0f} kernels and {kp['kernel_us']:.1f} us of kernel time per {unit} = "
+    log.info(f"profile: {kp['kernels']:.0f} kernels and {kp['kernel_us']:.1f} us of kernel time per {unit} = "
           f"{busy:.0%} of the wall time per {unit}; top kernels (us/{unit}, count, median us):")
     for kname, us, n, med in kp["top"]:
-        print(f"  {us:9.2f} {n:6.1f} {med:8.2f}  {kname}")
+        log.info(f"  {us:9.2f} {n:6.1f} {med:8.2f}  {kname}")
     return {"kernel_us": kp["kernel_us"], "kernels": kp["kernels"], "gpu_busy": busy}

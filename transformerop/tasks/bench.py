@@ -18,6 +18,7 @@ Injecting a wrong kernel (tests): patch the backend class in this process, e.g.
 `monkeypatch.setattr(SDPAAttention, "attend", wrong)`, then run the job through
 transformerop.jobs.run_job. The references never call a backend's attend, so the check catches it.
 """
+import logging
 import copy
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 
 from .. import decode, tracking
 from ..data import build_data
+from ..graphs import capture
 from ..measure import calibration, reference as ref
 from ..measure import roofline as R
 from ..measure.predict import flag_line, judge, predict_forward, predict_generate, predict_op, predict_train_step
@@ -38,6 +40,8 @@ from ..runtime import (autocast, peak_memory_bytes, pick_device, reset_peak_memo
 from ..train import Trainer
 from .train import check as check_train
 from ..measure.profiler import profile_beside
+
+log = logging.getLogger(__name__)
 
 PROFILE_CALLS = 20  # bench.profile: calls averaged into kernel time per call
 TARGETS = ("matmul", "softmax", "attention", "forward", "train_step", "generate")
@@ -53,6 +57,7 @@ class Case:
     predict: Callable[[], dict]
     tokens: int = 0  # tokens processed per fn() call, for tok/s (0: not a token workload)
     info: dict = field(default_factory=dict)
+    prepare: Callable[[], None] = lambda: None  # after verify, before timing (graph capture)
 
 
 @dataclass
@@ -179,29 +184,20 @@ def setup_forward(ctx: Ctx, data) -> list:
 
 
 def _capture(forward, eager, ctx: Ctx):
-    """One forward captured in a CUDA graph (after side-stream warm-up); replay = one launch.
-    Autocast's weight-cast cache must be off inside a capture (the casts are replayed too)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            eager()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
+    """One forward captured in a CUDA graph (graphs.capture); replay = one launch."""
     cast = (torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False) if ctx.dtype_name == "bfloat16"
             else torch.autocast("cuda", enabled=False))
-    with torch.no_grad(), cast, torch.cuda.graph(graph):
-        static_out = forward()
 
-    def replay():
-        graph.replay()
-        return static_out
+    def body():
+        with torch.no_grad(), cast:
+            return forward()
+    captured = capture(body)
 
     def verify():
-        graph.replay()
-        return {"graph_vs_eager_err": ref.expect_close("graph replay", static_out.clone(), eager(),
+        out = captured.replay()
+        return {"graph_vs_eager_err": ref.expect_close("graph replay", out.clone(), eager(),
                                                        ref.tolerance(ctx.dtype_name, ctx.device))}
-    return replay, verify
+    return captured.replay, verify
 
 
 def setup_train_step(ctx: Ctx, data) -> list:
@@ -220,8 +216,13 @@ def setup_train_step(ctx: Ctx, data) -> list:
         return {**ref.check_model_attention(trainer.raw_model, ctx.B, trainer.seq_len, ctx.dtype_name, ctx.device),
                 **ref.check_train_step(trainer, data, ctx.dtype_name, ctx.device)}
 
+    def prepare():  # the graphed step is captured here, in training mode, after the gate
+        if trainer.graphed is not None:
+            trainer.train_step(step[0])
+            step[0] += 1
+
     tokens = ctx.B * trainer.seq_len * cfg.train.grad_accum
-    return [Case("train_step", fn, verify,
+    return [Case("train_step", fn, verify, prepare=prepare, predict=
                  lambda: predict_train_step(cfg, data.tokenizer.vocab_size, ctx.device, seq_len=trainer.seq_len,
                                             ceilings=ctx.cal),
                  tokens=tokens, info={"seq_len": trainer.seq_len, "slow_path": cfg.train.slow_path})]
@@ -277,26 +278,27 @@ def run(cfg) -> dict:
     cal = calibration.load(device)
     ctx = Ctx(cfg, device, cfg.train.dtype, torch_dtype(cfg.train.dtype), B, T, cal)
     data = build_data(cfg, device) if cfg.bench.target in MODEL_TARGETS else None
-    print(f"bench {cfg.bench.target}: B={B} T={T} dtype={cfg.train.dtype} attention={cfg.attention.name} "
+    log.info(f"bench {cfg.bench.target}: B={B} T={T} dtype={cfg.train.dtype} attention={cfg.attention.name} "
           f"device={device}; ceilings for {cal['device_name']}: {cal['source']} ({cal['path']})")
     cases = SETUPS[cfg.bench.target](ctx, data)
 
     checks = {}
     for case in cases:  # every case is checked before anything is timed
         checks.update(case.verify())
-    print("correct: " + ", ".join(f"{k}={v:.2e}" if isinstance(v, float) else f"{k}={v}" for k, v in checks.items()))
+    log.info("correct: " + ", ".join(f"{k}={v:.2e}" if isinstance(v, float) else f"{k}={v}" for k, v in checks.items()))
     preds = {case.name: case.predict() for case in cases}  # the prediction is written down before timing
 
     metrics, rows = {f"check_{k}": v for k, v in checks.items()}, []
     for case in cases:
         pred = preds[case.name]
+        case.prepare()
         stats = measure(case.fn, device, cfg.bench.warmup_ms, cfg.bench.rep_ms)
         row = judge(stats, pred, cfg.bench.flag_ratio)
         row.update({k: v for k, v in pred.items() if k.startswith("mem_")}, **case.info,
                    **peak_of_one_call(case.fn, device))
         if case.tokens:
             row["tokens"], row["tok_per_s"] = case.tokens, case.tokens / (stats["median_ms"] / 1e3)
-        print(flag_line(case.name, row))
+        log.info(flag_line(case.name, row))
         if cfg.bench.profile and device.type == "cuda":  # kernel time per call beside the wall time
             row.update(profile_beside(lambda: [case.fn() for _ in range(PROFILE_CALLS)], PROFILE_CALLS,
                                       stats["median_ms"], "call", tracker, f"{case.name}_kernels"))
@@ -318,6 +320,6 @@ def _flat(name: str, row: dict) -> dict:
 def _print_memory(row: dict) -> None:
     parts = {k[4:]: v for k, v in row.items() if k.startswith("mem_") and k != "mem_total"}
     if parts:
-        print("  memory predicted " + " + ".join(f"{k} {v / 2**20:.1f}" for k, v in parts.items())
+        log.info("  memory predicted " + " + ".join(f"{k} {v / 2**20:.1f}" for k, v in parts.items())
               + f" = {row['mem_total'] / 2**20:.1f} MiB; measured peak {row['peak_memory_bytes'] / 2**20:.1f} MiB "
               f"({row['peak_memory_kind']})")

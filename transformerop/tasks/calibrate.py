@@ -13,6 +13,7 @@
 Each measurement is written down beside what the fallback (datasheet/typical/guess) predicted.
 CPU: TF32 and CUDA graphs do not exist; they are marked n/a and keep their labelled fallbacks.
 """
+import logging
 import copy
 
 import torch
@@ -24,6 +25,8 @@ from ..measure.predict import compare
 from ..measure.reference import Mismatch, expect_close
 from ..measure.timing import measure
 from ..runtime import pick_device, seed_everything
+
+log = logging.getLogger(__name__)
 
 LAUNCH_OPS = 1000
 TINY_GPT = {"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 8, "dropout": 0.0, "bias": True}
@@ -106,14 +109,14 @@ def run(cfg) -> dict:
     device = pick_device(cfg.device)
     seed_everything(cfg.seed)
     fallback = calibration.fallback(device)
-    print(f"calibrating {calibration.device_name(device)} -> {calibration.cache_path(device)}")
+    log.info(f"calibrating {calibration.device_name(device)} -> {calibration.cache_path(device)}")
     # (key, work per call, stats, how, unit scale): value = work / seconds, or seconds per op in us
     results = []
     cuda = device.type == "cuda"
     for key, dtype, tf32 in (("flops_fp32", torch.float32, False), ("flops_tf32", torch.float32, True),
                              ("flops_bf16", torch.bfloat16, False)):
         if key == "flops_tf32" and not cuda:
-            print("flops_tf32: n/a on cpu (no TF32); keeps its labelled fallback")
+            log.info("flops_tf32: n/a on cpu (no TF32); keeps its labelled fallback")
             continue
         work, stats, how = _matmul(device, dtype, tf32)
         results.append((key, work, stats, how))
@@ -122,7 +125,7 @@ def run(cfg) -> dict:
     if cuda:
         results.append(("graph_node_us", LAUNCH_OPS, *_graph_launch(device)))
     else:
-        print("graph_node_us: n/a on cpu (no CUDA graphs)")
+        log.info("graph_node_us: n/a on cpu (no CUDA graphs)")
     results += _model_ops(cfg, device, tracker.job_dir)
 
     measured, metrics, rows = {}, {}, []
@@ -158,7 +161,7 @@ def _fmt(v, unit) -> str:
 
 
 def _print(rows, path) -> None:
-    print(f"\n{'ceiling':<14} {'measured':>16} {'fallback':>16} {'source':>10}  how")
+    log.info(f"\n{'ceiling':<14} {'measured':>16} {'fallback':>16} {'source':>10}  how")
     for key, value, unit, fb, src, _, _, how in rows:
-        print(f"{key:<14} {_fmt(value, unit):>16} {_fmt(fb, unit):>16} {src or '-':>10}  {how}")
-    print(f"cached in {path} (source: measured)")
+        log.info(f"{key:<14} {_fmt(value, unit):>16} {_fmt(fb, unit):>16} {src or '-':>10}  {how}")
+    log.info(f"cached in {path} (source: measured)")

@@ -5,6 +5,7 @@ generate.batch_size prompts timed along decode.name.
 bf16 (train.dtype=bfloat16) decodes with the weights cast to bf16 (`model.to(torch.bfloat16)`),
 not under autocast: the KV caches are bf16 too. Graph capture and compilation happen once, when
 the Decoder is built, outside the timed region; they are reported as capture_s / compile_s."""
+import logging
 import time
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from ..runtime import pick_device, seed_everything, sync, torch_dtype
 from ..measure.profiler import profile_beside
 from .train import check as check_train
 from .train import train_model
+
+log = logging.getLogger(__name__)
 
 GATE_TOKENS = 32  # tokens compared with recompute before timing
 GATE_TOL = {"float32": 1e-3, "bfloat16": 5e-2}  # max |logit diff| / max |logit| on a shared prefix
@@ -58,13 +61,13 @@ def load_model(cfg, device, tracker):
     state = checkpoint.load(path, checkpoint.model_signature(cfg.model, tokenizer.vocab_size, tokenizer.chars))
     model = build_model(cfg, tokenizer.vocab_size)
     model.load_state_dict(state["model"])
-    print(f"loaded {path} (step {state.get('step', '?')})")
+    log.info(f"loaded {path} (step {state.get('step', '?')})")
     return model.to(device), tokenizer, {"checkpoint_step": int(state.get("step", -1))}
 
 
 def encode_prompt(tokenizer, prompt: str) -> list:
     if prompt == "\n" and "\n" not in tokenizer.stoi:  # the schema default, on a vocabulary without it
-        print(f"generate.prompt: '\\n' is not in the vocabulary {tokenizer.chars!r}; starting from "
+        log.info(f"generate.prompt: '\\n' is not in the vocabulary {tokenizer.chars!r}; starting from "
               f"{tokenizer.chars[0]!r}")
         return [0]
     return tokenizer.encode(prompt)
@@ -92,7 +95,7 @@ def correctness_gate(model, dec, prompt, cfg, device) -> dict:
     diff = (logits[shared] - ref_logits[shared]).abs().max().item()
     rel = diff / max(ref_logits[shared].abs().max().item(), 1e-6)
     dtype = cfg.train.dtype
-    print(f"gate: decode={cfg.decode.name} vs recompute ({dtype}): {agree}/{n} tokens agree, "
+    log.info(f"gate: decode={cfg.decode.name} vs recompute ({dtype}): {agree}/{n} tokens agree, "
           f"max |logit diff| {diff:.2e} ({rel:.2e} relative)")
     if rel > GATE_TOL[dtype] or (dtype == "float32" and agree < n):
         raise RuntimeError(f"correctness gate failed: decode={cfg.decode.name} differs from recompute "
@@ -135,7 +138,7 @@ def run(cfg) -> dict:
     n_tok = g.batch_size * g.tokens
     per_token = {f"ms_per_token_{k[:-3]}": stats[k] / g.tokens for k in ("p25_ms", "p75_ms", "min_ms", "max_ms")}
     metrics.update(
-        decode=path, tok_per_s=n_tok / (stats["median_ms"] / 1e3), ms_per_token=stats["median_ms"] / g.tokens,
+        decode=path, decode_tok_per_s=n_tok / (stats["median_ms"] / 1e3), ms_per_token=stats["median_ms"] / g.tokens,
         **per_token, generate_ms=stats["median_ms"], repeats=stats["repeats"], tokens=g.tokens,
         batch_size=g.batch_size, setup_s=dec.setup_s,
         capture_s=dec.setup_s if path == "static_graph" else 0.0,
@@ -150,11 +153,10 @@ def run(cfg) -> dict:
                         for k, v in kp.items()})
     tracker.timing("generate", {**stats, "tokens": g.tokens, "batch_size": g.batch_size, "decode": path,
                                 "setup_s": dec.setup_s})
-    tracker.log({"tok_per_s": metrics["tok_per_s"], "ms_per_token": metrics["ms_per_token"]})
-    tracker.table("generations", ["decode", "dtype", "index", "prompt", "text", "tok_per_s"],
-                  [[path, cfg.train.dtype, i, g.prompt, t, metrics["tok_per_s"]] for i, t in enumerate(texts)])
-    print(f"\n== generate: decode={path} {cfg.train.dtype} batch {g.batch_size} x {g.tokens} tokens ==\n"
-          f"{metrics['tok_per_s']:,.0f} tok/s | {metrics['ms_per_token']:.4f} ms/token "
+    tracker.table("generations", ["decode", "dtype", "index", "prompt", "text", "decode_tok_per_s"],
+                  [[path, cfg.train.dtype, i, g.prompt, t, metrics["decode_tok_per_s"]] for i, t in enumerate(texts)])
+    log.info(f"\n== generate: decode={path} {cfg.train.dtype} batch {g.batch_size} x {g.tokens} tokens ==\n"
+          f"{metrics['decode_tok_per_s']:,.0f} tok/s | {metrics['ms_per_token']:.4f} ms/token "
           f"(p25 {per_token['ms_per_token_p25']:.4f}, p75 {per_token['ms_per_token_p75']:.4f}, "
           f"{stats['repeats']} repeats) | setup {dec.setup_s:.2f} s\nsample: {texts[0][:300]!r}\n"
           f"results: {tracker.job_dir / tracking.RESULTS}")

@@ -2,12 +2,15 @@
 can plan a run. Columns: this machine (calibrated ceilings when task=calibrate has cached them,
 else the labelled fallback) and every GPU in the datasheet table. Rows: parameters and memory,
 FLOPs and bytes per train step, roofline and launch-bound times, one decode token."""
+import logging
 import torch
 
 from ..data import build_data
 from ..measure import calibration, roofline as R
 from ..measure.predict import predict_train_step, price
 from ..runtime import pick_device
+
+log = logging.getLogger(__name__)
 
 
 def _decode_token(s, cal, device, dtype_name) -> dict:
@@ -35,9 +38,9 @@ def run(cfg) -> dict:
     fpt = R.flops_per_token(s, T)
     p0 = preds[0][3]
     mem = R.param_memory(s)
-    print(f"\n== napkin: model={cfg.model.name} L={s.n_layer} H={s.n_head} C={s.n_embd} V={V} block={s.block_size} "
+    log.info(f"\n== napkin: model={cfg.model.name} L={s.n_layer} H={s.n_head} C={s.n_embd} V={V} block={s.block_size} "
           f"attention={s.attention} | train B={B} x T={T} x accum {t.grad_accum}, dtype={t.dtype} ==")
-    print("conventions: 2 FLOPs/MAC; train = 3 x forward = 6 N_mm + 12 L T C; fp32 weights + grads + AdamW = 16 B/param")
+    log.info("conventions: 2 FLOPs/MAC; train = 3 x forward = 6 N_mm + 12 L T C; fp32 weights + grads + AdamW = 16 B/param")
     model_rows = [
         ("parameters", f"{R.param_count(s):,}"), ("matmul parameters N_mm", f"{R.matmul_params(s):,}"),
         ("weights / grads / AdamW", f"{_mib(mem['weights'])} / {_mib(mem['grads'])} / {_mib(mem['optimizer'])}"),
@@ -52,10 +55,10 @@ def run(cfg) -> dict:
         ("kernels per step (eager, estimate)", f"{p0['kernels']:,}"),
     ]
     for name, value in model_rows:
-        print(f"  {name:<42} {value}")
+        log.info(f"  {name:<42} {value}")
 
     width = max(len(c[0]) for c in columns) + 2
-    print(f"\n  {'per device':<32}" + "".join(f"{name:>{width}}" for name, *_ in columns))
+    log.info(f"\n  {'per device':<32}" + "".join(f"{name:>{width}}" for name, *_ in columns))
     device_rows = [
         ("ceilings source", lambda p, d, c: c["source"]),
         ("peak used (TFLOP/s)", lambda p, d, c: f"{p['peak_flops'] / 1e12:.3g} {p['peak_key'][6:]}"),
@@ -67,7 +70,7 @@ def run(cfg) -> dict:
         ("decode token ms, B=1, full ctx", lambda p, d, c: f"{d['ms']:.3g} ({d['bound']})"),
     ]
     for label, cell in device_rows:
-        print(f"  {label:<32}" + "".join(f"{cell(p, d, c):>{width}}" for _, _, c, p, d in preds))
+        log.info(f"  {label:<32}" + "".join(f"{cell(p, d, c):>{width}}" for _, _, c, p, d in preds))
 
     metrics = {"params": R.param_count(s), "matmul_params": R.matmul_params(s), "tokens_per_step": p0["tokens"],
                "flops_per_step": p0["flops"], "bytes_per_step": p0["bytes"], "intensity": p0["intensity"],

@@ -12,6 +12,7 @@
    job dir (logged to W&B as a file), a top-ops table (self time, count, % of the profiled step),
    and on CUDA the kernel count per step beside the launch-term estimate.
 """
+import logging
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -25,6 +26,8 @@ from ..measure.timing import measure
 from ..runtime import autocast, pick_device, seed_everything, sync
 from ..train import _plant_slow_path, lr_at
 from .bench import make_trainer, peak_of_one_call
+
+log = logging.getLogger(__name__)
 
 PROFILED_STEPS = 3
 TOP_OPS = 15
@@ -122,7 +125,7 @@ def run(cfg) -> dict:
     trainer = make_trainer(cfg, device, data, tracker.job_dir)
     ph = Phases(trainer, data)
     pred = predict_train_step(cfg, data.tokenizer.vocab_size, device, seq_len=trainer.seq_len, ceilings=cal)
-    print(f"profile train_step: B={cfg.train.batch_size} T={trainer.seq_len} dtype={cfg.train.dtype} "
+    log.info(f"profile train_step: B={cfg.train.batch_size} T={trainer.seq_len} dtype={cfg.train.dtype} "
           f"attention={cfg.attention.name} slow_path={cfg.train.slow_path} device={device}; "
           f"predicted {pred['predicted_ms']:.3f} ms ({pred['bound']}-bound, ceilings {cal['source']})")
 
@@ -135,7 +138,7 @@ def run(cfg) -> dict:
     row = judge(measure(train_step, device, cfg.bench.warmup_ms, cfg.bench.rep_ms), pred, cfg.bench.flag_ratio)
     row.update({k: v for k, v in pred.items() if k.startswith("mem_")}, **peak_of_one_call(train_step, device))
     tracker.timing("train_step", row)
-    print(flag_line("train_step", row))
+    log.info(flag_line("train_step", row))
 
     phases = phase_breakdown(ph, cfg, device)
     tracker.table("phases", ["phase", "one_sync_ms", "per_phase_sync_ms", "sync_over_one", "share_of_step",
@@ -170,12 +173,12 @@ def run(cfg) -> dict:
 
 
 def _print(phases, ops, kernels, pred, trace) -> None:
-    print(f"\n{'phase':<10} {'one sync ms':>12} {'per-phase sync ms':>18} {'ratio':>7} {'share':>7} {'step x if 2x':>13}")
+    log.info(f"\n{'phase':<10} {'one sync ms':>12} {'per-phase sync ms':>18} {'ratio':>7} {'share':>7} {'step x if 2x':>13}")
     for name, a, s, r, share, amd in phases:
-        print(f"{name:<10} {a:>12.3f} {s:>18.3f} {r if r is not None else float('nan'):>7.2f} {share:>7.1%} {amd:>13.2f}")
-    print(f"\n{'top ops (self time)':<60} {'ms/step':>9} {'count/step':>11} {'% step':>7}")
+        log.info(f"{name:<10} {a:>12.3f} {s:>18.3f} {r if r is not None else float('nan'):>7.2f} {share:>7.1%} {amd:>13.2f}")
+    log.info(f"\n{'top ops (self time)':<60} {'ms/step':>9} {'count/step':>11} {'% step':>7}")
     for name, ms, count, pct in ops:
-        print(f"{name[:60]:<60} {ms:>9.3f} {count:>11.1f} {pct:>7.1f}")
+        log.info(f"{name[:60]:<60} {ms:>9.3f} {count:>11.1f} {pct:>7.1f}")
     if kernels is not None:
-        print(f"device ops per step: {kernels:.0f} measured vs {pred['kernels']} estimated (launch term)")
-    print(f"trace: {trace}")
+        log.info(f"device ops per step: {kernels:.0f} measured vs {pred['kernels']} estimated (launch term)")
+    log.info(f"trace: {trace}")

@@ -10,12 +10,15 @@ run.py is launched, as Hydra writes it):
 report.md / report.csv / report.png land in the sweep dir as with `python -m transformerop.report`;
 the table goes to this job's W&B run and results.json tables, report.md and report.png are copied
 into the job dir and saved to that run, so no second W&B run is made."""
+import logging
 import os
 import shutil
 from pathlib import Path
 
 from .. import tracking
 from ..report import ReportError, report
+
+log = logging.getLogger(__name__)
 
 ENV = "TRANSFORMEROP_REPORT_PATH"
 SWEEPS = Path("outputs") / "multirun"
@@ -48,6 +51,6 @@ def run(cfg) -> dict:
     tracker.table("report", list(table.columns), table.values.tolist())
     for f in (out["md"], out["png"]):  # W&B saves files from inside the job dir only
         tracker.file(shutil.copy(f, tracker.job_dir / f.name))
-    print(f"report of {' '.join(map(str, paths))}: {out['md']}, {out['csv']}, {out['png']}")
+    log.info(f"report of {' '.join(map(str, paths))}: {out['md']}, {out['csv']}, {out['png']}")
     return {"report_jobs": len(out["df"]), **{f"report_{k}": v for k, v in out["facts"]["counts"].items()},
             "report_md": str(out["md"])}

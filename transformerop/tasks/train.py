@@ -1,11 +1,12 @@
 """task=train: build data and model, train (resuming from the run dir's checkpoint), sample."""
+import logging
 import statistics
 from pathlib import Path
 
 import torch
 from hydra.core.hydra_config import HydraConfig
 
-from .. import distributed, tracking
+from .. import clock, distributed, tracking
 from ..data import build_data
 from ..decode import generate
 from ..model import build_model, count_params
@@ -14,6 +15,8 @@ from ..measure.predict import flag_line, judge, predict_train_step
 from ..measure.profiler import profile_beside
 from ..measure.timing import summarize
 from ..train import LOG_EVERY, Trainer
+
+log = logging.getLogger(__name__)
 
 
 def _resume_setting(r):
@@ -24,7 +27,8 @@ def _resume_setting(r):
         return "latest"
     path = Path(str(r)).expanduser()
     if not path.is_file():
-        raise ValueError(f"train.resume={r}: no such checkpoint file")
+        raise ValueError(f"train.resume={r}: no such checkpoint file (give a .pt path, true for this run "
+                         "dir's latest, or false)")
     return path
 
 
@@ -53,28 +57,36 @@ def train_model(cfg, device, tracker):
     job_dir = Path(HydraConfig.get().runtime.output_dir)
     seed_everything(cfg.seed)
     data = build_data(cfg, device)
+    clock.mark("data")
     model = build_model(cfg, data.tokenizer.vocab_size)
     trainer = Trainer(cfg, model, data, device, job_dir / "ckpt.pt", tracker)
     ckpt = resume_path(cfg, job_dir)
     if ckpt is not None:
         trainer.resume(ckpt)
-        print(f"resumed from {ckpt} at step {trainer.step}")
+        log.info(f"resumed from {ckpt} at step {trainer.step}")
+    clock.mark("model")
     pred = predict_train_step(cfg, data.tokenizer.vocab_size, device, seq_len=trainer.seq_len)
     n_params = count_params(model)
     if distributed.is_main():
-        print(f"predicted train step {pred['predicted_ms']:.3f} ms ({pred['bound']}-bound; ceilings: "
-              f"{pred['ceilings']}), predicted memory {pred['mem_total'] / 2**20:.1f} MiB (weights, grads, AdamW, activations)")
-        print(f"{cfg.model.name}: {n_params:,} parameters, data={cfg.data.name}, "
-              f"attention={cfg.attention.name}, device={device}, dtype={cfg.train.dtype}")
+        log.info(f"predicted train step {pred['predicted_ms']:.3f} ms ({pred['bound']}-bound; ceilings: "
+                 f"{pred['ceilings']}), predicted memory {pred['mem_total'] / 2**20:.1f} MiB (weights, grads, "
+                 "AdamW, activations)")
+        log.info(f"{cfg.model.name}: {n_params:,} parameters, data={cfg.data.name}, "
+                 f"attention={cfg.attention.name}, device={device}, dtype={cfg.train.dtype}")
     metrics = trainer.fit()
+    startup = clock.phases()
+    if "first_step" in startup:  # launch -> first step done, by phase (on the job's clock)
+        metrics.update({f"startup/{k}_s": v for k, v in startup.items()})
+        log.info(f"{clock.prefix()}startup {metrics.get(clock.prefix() + 'startup_s', 0):.2f} s: "
+                 + ", ".join(f"{k} {v:.2f}" for k, v in startup.items()))
     _judge_step_time(cfg, tracker, pred)
     return trainer, data, {"params": n_params, **metrics}
 
 
 def _judge_step_time(cfg, tracker, pred) -> None:
     """The loop's own step time (median of its synced 10-step windows) beside the prediction."""
-    windows = [h["step_ms"] for h in tracker.history if "step_ms" in h][1:]  # first: warm-up, compile
-    toks = [h["tok_per_s"] for h in tracker.history if "tok_per_s" in h][1:]
+    windows = [h["train/window_step_ms"] for h in tracker.history if "train/window_step_ms" in h][1:]  # 1st: warm-up
+    toks = [h["train/window_tok_per_s"] for h in tracker.history if "train/window_tok_per_s" in h][1:]
     if len(windows) < 2:
         return
     stats = summarize(windows, "first window excluded", f"training loop, {LOG_EVERY}-step windows between host syncs")
@@ -84,7 +96,7 @@ def _judge_step_time(cfg, tracker, pred) -> None:
                 step_measured_over_predicted=row["measured_over_predicted"], mfu=row["mfu"],
                 predicted_memory_bytes=pred["mem_total"], tok_per_s=statistics.median(toks))
     if distributed.is_main():
-        print(flag_line("train_step", row))
+        log.info(flag_line("train_step", row))
 
 
 PROFILE_STEPS = 10
@@ -131,15 +143,20 @@ def run(cfg) -> dict:
 
 
 def _print_summary(cfg, m, samples, tracker):
-    print("\n== summary ==")
-    print(f"params {m['params']:,} | steps {m['steps']} | val_loss {m['val_loss']:.4f}"
-          f" (best {m['best_val_loss']:.4f} at step {m['best_step']})"
-          + (f" | held-out exact match {m['exact_match']:.2%}" if "exact_match" in m else "")
-          + (f" | bits/char {m['bits_per_char']:.3f}" if "bits_per_char" in m else ""))
-    for s in samples[:4]:
-        print("sample:", s if cfg.data.name == "addition" else s[:300])
-    print(f"results: {tracker.job_dir / tracking.RESULTS}")
+    lines = ["", "== summary ==",
+             f"params {m['params']:,} | steps {m['steps']} | val_loss {m['val_loss']:.4f}"
+             f" (best {m['best_val_loss']:.4f} at step {m['best_step']})"
+             + (f" | held-out exact match {m['exact_match']:.2%}" if "exact_match" in m else "")
+             + (f" | bits/char {m['bits_per_char']:.3f}" if "bits_per_char" in m else "")]
+    p = clock.prefix()
+    if f"{p}time_to_target_s" in m:
+        lines.append(f"target val_loss <= {cfg.train.target_loss} (whole val split) reached at step {m['target_step']}"
+                     f" after {m[p + 'time_to_target_s']:.2f} s " + ("from launch" if not p else "from the job's start"))
+    lines += [f"sample: {s if cfg.data.name == 'addition' else s[:300]}" for s in samples[:4]]
+    lines.append(f"results: {tracker.job_dir / tracking.RESULTS}")
     w = tracker.wandb_info()
     if w["mode"] != "off":
-        print(f"W&B ({w['mode']}): run {w['run_id']} in {w['dir']}"
-              + ("  (upload with: wandb sync " + w["dir"] + ")" if w["mode"] == "offline" else ""))
+        lines.append(f"W&B ({w['mode']}): run {w['run_id']} in {w['dir']}")
+        if w["mode"] == "offline":
+            lines.append("upload with: wandb sync " + " ".join(w["folders"] or [w["dir"]]))
+    log.info("\n".join(lines))

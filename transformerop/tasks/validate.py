@@ -2,6 +2,7 @@
 dtype x (forward, backward) against a float64 reference on fresh random inputs, at the seed
 shape and odd ones. Outputs are poisoned with NaN before each run so an unwritten element
 fails. Prints a table; the job fails (non-zero exit) if any row fails."""
+import logging
 import torch
 from omegaconf import OmegaConf
 
@@ -9,6 +10,8 @@ from .. import tracking
 from ..measure.reference import reference_attend, rel_err
 from ..model import BACKENDS, BackendUnavailable, build_model, get_backend
 from ..runtime import pick_device
+
+log = logging.getLogger(__name__)
 
 # (B, H, T, D): the seed shape, then T = 1, 7, 64, 255, 256 with odd batches, head dims 32 and 64.
 SHAPES = [(64, 6, 256, 64), (3, 6, 1, 64), (5, 4, 7, 32), (3, 6, 64, 64), (5, 4, 255, 32), (3, 6, 256, 64),
@@ -161,7 +164,7 @@ def _badness(err) -> float:
 def _print_table(cols, rows):
     widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
     line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths))
-    print(line(cols))
-    print("  ".join("-" * w for w in widths))
+    log.info(line(cols))
+    log.info("  ".join("-" * w for w in widths))
     for r in rows:
-        print(line(r))
+        log.info(line(r))

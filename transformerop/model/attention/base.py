@@ -11,9 +11,7 @@ import math
 import torch
 import torch.nn as nn
 
-
-class BackendUnavailable(RuntimeError):
-    """This backend cannot run here (no CUDA, no compiler, ...): the job is skipped, not failed."""
+from ...errors import BackendUnavailable  # noqa: F401  (re-exported: backends raise it)
 
 
 def causal_mask(t_q: int, t_k: int, device) -> torch.Tensor:
@@ -37,6 +35,14 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(mcfg.n_embd, 3 * mcfg.n_embd, bias=mcfg.bias)  # q, k, v in one matmul
         self.c_proj = nn.Linear(mcfg.n_embd, mcfg.n_embd, bias=mcfg.bias)
         self.resid_dropout = nn.Dropout(mcfg.dropout)
+
+    @classmethod
+    def precision(cls, dtype_name: str, acfg, device) -> str:
+        """How this backend's matmuls round: bf16, tf32 (fp32 inputs on TF32 tensor cores) or ieee."""
+        if dtype_name == "bfloat16":
+            return "bf16"
+        cuda = torch.device(device).type == "cuda"
+        return "tf32" if cuda and torch.backends.cuda.matmul.allow_tf32 else "ieee"
 
     @classmethod
     def check(cls, cfg, device: torch.device) -> None:

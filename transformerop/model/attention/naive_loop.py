@@ -29,6 +29,7 @@ class NaiveLoopAttention(nn.Module):
     dtypes = CausalSelfAttention.dtypes
     backward = "autograd"
     check = CausalSelfAttention.check
+    precision = CausalSelfAttention.precision
 
     def __init__(self, mcfg, acfg):
         super().__init__()

@@ -40,6 +40,13 @@ class TritonAttention(CausalSelfAttention):
         _kernels()  # import now: a missing kernels/ fails at build, not mid-step
 
     @classmethod
+    def precision(cls, dtype_name, acfg, device):
+        """fp32 runs on TF32 tensor cores unless attention.allow_tf32=false (the interpreter: numpy, IEEE)."""
+        if dtype_name == "float32" and getattr(acfg, "allow_tf32", True) and torch.device(device).type == "cuda":
+            return "tf32"
+        return super().precision(dtype_name, acfg, device)
+
+    @classmethod
     def check(cls, cfg, device):
         super().check(cfg, device)
         interpret = os.environ.get("TRITON_INTERPRET") == "1"
@@ -50,6 +57,8 @@ class TritonAttention(CausalSelfAttention):
             import triton  # noqa: F401
         except ImportError as e:
             raise BackendUnavailable(f"attention=triton needs the triton package ({e})") from None
+        if interpret:
+            _check_interpretable(cfg)
 
     def attend(self, q, k, v, mask):
         if mask is not None:
@@ -58,3 +67,34 @@ class TritonAttention(CausalSelfAttention):
         p = self.dropout if self.training else 0.0
         return _kernels().attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32,
                                     dropout_p=p)
+
+
+# The Triton interpreter runs each kernel program as numpy on the CPU: ~10 ms a program here.
+INTERPRETER_S_PER_PROGRAM = 0.01
+INTERPRETER_BUDGET_S = 30 * 60
+
+
+def _check_interpretable(cfg) -> None:
+    """Under TRITON_INTERPRET=1: bf16 is refused (the interpreter hands bf16 bit patterns to
+    np.matmul, so its bf16 dots are garbage), and a training job whose kernel programs alone
+    would take hours is refused with the sizes to shrink -- the interpreter checks kernels."""
+    if cfg.train.dtype == "bfloat16":
+        raise BackendUnavailable("attention=triton in bf16 needs a GPU: the Triton interpreter (TRITON_INTERPRET=1) "
+                                 "computes bf16 dots wrongly; use train.dtype=float32 there")
+    m, t = cfg.model, cfg.train
+    if cfg.task.name not in ("train", "generate") or getattr(cfg.generate, "checkpoint", None) or m.n_layer == 0:
+        return
+    addition = cfg.data.name == "addition"
+    T = 3 * cfg.data.n_digits + 2 if addition else m.block_size
+    fwd, bwd = -(-T // 32), 2 * -(-T // 16)  # programs per (batch row, head): the interpreter's tiles
+    rows = t.max_iters * t.grad_accum * t.batch_size * (fwd + bwd)  # training steps
+    evals = t.max_iters // t.eval_interval + 1
+    eval_rows = t.eval_iters * t.batch_size * (1 + (not addition and t.eval_train))
+    eval_rows += cfg.data.n_test * (1 + cfg.data.n_digits + 1) if addition else 0  # val loss + greedy answers
+    rows += evals * eval_rows * fwd
+    seconds = rows * m.n_layer * m.n_head * INTERPRETER_S_PER_PROGRAM
+    if seconds > INTERPRETER_BUDGET_S:
+        raise ValueError(f"attention=triton under TRITON_INTERPRET=1: this job runs ~{seconds / 3600:.1f} h of "
+                         "interpreted kernels (train.max_iters, batch_size, evals); shrink "
+                         "the job (e.g. train.max_iters=20 train.batch_size=8 train.eval_iters=1 data.n_test=50) "
+                         "or run it on a GPU")

@@ -1,0 +1,100 @@
+"""One record, two sinks: the W&B run read back from its offline record log says what
+results.json says -- config, every metric, exit code -- for train, generate, bench and a job that
+failed its config check; provenance; failed attempts never replace an ok record."""
+import json
+
+import pytest
+
+from conftest import FAST, results, run_cli
+from transformerop import tracking
+from transformerop.wandb_log import OfflineRun, records, run_folders
+
+
+def assert_sinks_agree(job_dir, exit_code=0):
+    r = results(job_dir)
+    folders = run_folders(job_dir)
+    assert len(folders) == 1, folders
+    run = OfflineRun(folders[0])
+    assert run.run_id == r["wandb"]["run_id"] and run.exit_code == exit_code
+    assert run.user_config() == r["config"]
+    summary = run.user_summary()
+    for key, value in r["metrics"].items():
+        assert key in summary, key
+        got = summary[key]
+        assert got == value or (isinstance(value, float) and got == pytest.approx(value, rel=1e-12)), key
+    assert summary["status"] == r["status"]
+    return r, run
+
+
+def test_train_job_wandb_equals_results(tmp_path):
+    p = run_cli(*FAST, f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    r, run = assert_sinks_agree(tmp_path)
+    assert {"val_loss", "exact_match", "tok_per_s", "step_ms", "startup_s"} <= set(r["metrics"])
+    # the curves have their own names, so no history row can overwrite a final metric
+    logged = {k for row in run.history for k in row}
+    assert not logged & set(r["metrics"]), logged & set(r["metrics"])
+    evals = [h["step"] for h in r["history"] if "eval/val_loss" in h]
+    assert evals == [0, 15, 30] and set(evals) <= set(run.steps())
+    assert run.name == "max_iters=30 eval_interval=15 eval_iters=2 progress=false"
+
+
+def test_generate_job_has_its_own_throughput_key(tmp_path):
+    p = run_cli("task=generate", "generate.tokens=20", "generate.repeats=2", *FAST, f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    r, _ = assert_sinks_agree(tmp_path)
+    m = r["metrics"]
+    assert m["decode_tok_per_s"] > 0 and m["tok_per_s"] > 0  # decode beside the training loop's own
+    assert m["decode_tok_per_s"] != m["tok_per_s"]
+
+
+def test_bench_job_writes_each_metric_once(tmp_path):
+    p = run_cli("task=bench", "bench.target=matmul", "bench.warmup_ms=2", "bench.rep_ms=5", "model=gpt",
+                "model.n_embd=64", "model.n_head=2", "model.block_size=16", "train.batch_size=4",
+                f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    r, run = assert_sinks_agree(tmp_path)
+    assert not any(k.startswith("timing/") for k in run.user_summary())  # timings live in one table
+    assert "matmul" in r["timings"] and r["metrics"]["matmul_median_ms"] == r["timings"]["matmul"]["median_ms"]
+
+
+def test_config_check_failure_in_a_sweep_has_a_failed_wandb_run(tmp_path):
+    p = run_cli("-m", "model.n_head=4,3", *FAST, f"hydra.sweep.dir={tmp_path}")
+    assert p.returncode == 1
+    r, run = assert_sinks_agree(tmp_path / "1", exit_code=1)
+    assert r["status"] == "failed" and "not divisible" in run.summary["error"]
+    assert run.group == r["wandb"]["group"] == tmp_path.name
+
+
+def test_record_log_reader_checks_its_checksums(tmp_path):
+    p = run_cli(*FAST, "train.max_iters=2", "train.eval_interval=1", f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    path = next(run_folders(tmp_path)[0].glob("*.wandb"))
+    assert records(path)
+    data = bytearray(path.read_bytes())
+    data[200] ^= 0xFF  # a flipped byte inside the first records
+    bad = tmp_path / "bad.wandb"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="checksum"):
+        records(bad)
+
+
+def test_env_records_commit_dirty_flag_and_diff_hash(tmp_path):
+    p = run_cli(*FAST, "train.max_iters=2", "train.eval_interval=1", "logger=none", f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    env = results(tmp_path)["env"]
+    assert len(env["git_commit"]) == 40 and env["git_sha"] == env["git_commit"][:7]
+    assert isinstance(env["git_dirty"], bool)
+    assert (env["git_diff_sha256"] is None) == (not env["git_dirty"])
+
+
+def test_a_failed_attempt_never_replaces_an_ok_record(tmp_path):
+    ok = {"status": "ok", "started": "2026-01-01T00:00:00", "metrics": {"val_loss": 1.0}}
+    (tmp_path / "results.json").write_text(json.dumps(ok))
+    from conftest import make_cfg
+    tr = tracking.Tracker(make_cfg("logger=none"), tmp_path, "train", [], "runs", [])
+    kept = tr.finish("failed", {"type": "X", "message": "boom", "traceback": ""}, {})
+    assert json.loads((tmp_path / "results.json").read_text()) == ok
+    attempts = list((tmp_path / tracking.ATTEMPTS).glob("*-failed.json"))
+    assert len(attempts) == 1 and json.loads(attempts[0].read_text())["error"]["message"] == "boom"
+    assert kept["status"] == "failed"

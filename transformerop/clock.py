@@ -1,0 +1,69 @@
+"""The job's wall clock, counted from the moment a user would start counting: the launch of the
+process (`python run.py ...`: imports, Hydra, CUDA init, W&B all on the clock).
+
+Only the first job of a process owns that launch. A later job of the same multirun process
+(Hydra's basic launcher runs jobs one after another in one process) starts after imports and
+CUDA init were paid by an earlier job, so its times are counted from its own start and are
+named `job_*` instead, never passed off as time from launch; `sweep.isolate=true` runs every
+job of a sweep in its own fresh process, where time from launch is measured for real."""
+import os
+import time
+
+_jobs_started = 0
+_job_start = None
+_marks: dict = {}
+
+
+def process_start() -> float | None:
+    """When this process started (Linux /proc), in seconds since the epoch."""
+    return start_of("self")
+
+
+def start_of(pid) -> float | None:
+    try:
+        ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        boot = next(int(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def job_started() -> None:
+    """Called by the job runner as each job starts."""
+    global _jobs_started, _job_start
+    _jobs_started += 1
+    _job_start = time.time()
+    _marks.clear()
+
+
+def fresh() -> bool:
+    """True when this job is its process's first: its clock starts at the process launch."""
+    return _jobs_started <= 1 and process_start() is not None
+
+
+def origin() -> float:
+    """Time zero of this job's clock: the process launch if fresh, else the job's own start."""
+    return (process_start() if fresh() else None) or _job_start or time.time()
+
+
+def since_origin() -> float:
+    return time.time() - origin()
+
+
+def prefix() -> str:
+    """Metric-name prefix for times on this clock: '' from launch, 'job_' from the job's start."""
+    return "" if fresh() else "job_"
+
+
+def mark(phase: str) -> float:
+    """Record that start-up phase `phase` ended now; returns that time on this job's clock."""
+    _marks[phase] = since_origin()
+    return _marks[phase]
+
+
+def phases() -> dict:
+    """Each start-up phase's own duration, in the order they ended: {phase: seconds}."""
+    out, last = {}, 0.0
+    for name, t in _marks.items():
+        out[name], last = t - last, t
+    return out
