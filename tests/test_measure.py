@@ -6,6 +6,7 @@ OpenMP barrier when a neighbour takes a core (17 ms steps took 1 s), one thread 
 test also times with process CPU time (TRANSFORMEROP_CPU_CLOCK=process): neighbours swung wall
 time 10-20x within seconds there, CPU time they do not.
 `pytest -m gpu` runs the CUDA tests on the device."""
+import logging
 import time
 
 import pytest
@@ -187,6 +188,7 @@ def test_bench_cpu_model_targets_write_complete_results(tmp_path, cal_dir):
 
 
 def test_calibrate_then_predict_uses_measured_ceilings(tmp_path, cal_dir, one_thread, caplog):
+    caplog.set_level(logging.INFO)
     res, _ = run_in_process(tmp_path / "cal", "task=calibrate", "device=cpu")
     assert res["status"] == "ok", res["error"]
     cached = calibration.load(CPU)
@@ -237,6 +239,7 @@ def test_planted_slow_path_raises_the_flag(tmp_path, cal_dir, one_thread, monkey
     difference), so here the planted hook also does host work worth 5 normal steps -- like the
     seed's mask built on the host every step -- standing in for what the hook costs on a GPU
     (the device runs time the real one)."""
+    caplog.set_level(logging.INFO)
     monkeypatch.setenv("TRANSFORMEROP_CPU_CLOCK", "process")
     common = ["task=bench", "bench.target=train_step", "device=cpu", "train.batch_size=32",
               "bench.rep_ms=100", "bench.warmup_ms=20", "bench.flag_ratio=3"]
