@@ -4,10 +4,13 @@
 #   device run, carry [".gpu"]:  source .gpu/env.sh && bash experiments/gpu.sh STAGE [ARGS]
 # Stages:
 #   calibrate          this GPU's ceilings (predictions read them; else datasheet values, labelled)
-#   checks             issue 3: kernel build (cold, then warm), every GPU test, task=validate
-#   parity             issue 3: Shakespeare through triton vs sdpa, same steps
-#   studies [NAME...]  issues 4, 6, 7: each study, its report published to experiments/results
-#   ddp                issue 8: the same per-GPU batch on 1 GPU and on 2 GPUs (torchrun, NCCL)
+#   checks             kernel build (cold, then warm), every GPU test, task=validate
+#   validate           task=validate alone
+#   parity             Shakespeare through triton vs sdpa, same steps
+#   speedrun           the study's best settings as a user runs them (one fresh process, W&B on),
+#                      then its lever sweep (each job a fresh process)
+#   studies [NAME...]  each study's sweep (logger=none), its report published to experiments/results
+#   ddp                the same per-GPU batch on 1 GPU and on 2 GPUs (torchrun, NCCL)
 #   pack               sweep records + experiments/results into $OUT/gpu.tgz, to bring back
 # On a 2-GPU machine two lists of stages can run side by side, one per GPU (CUDA_VISIBLE_DEVICES=0
 # / 1): timing studies then share the host's 32 CPUs, not a GPU. Logs go to $OUT (or outputs/gpu).
@@ -25,6 +28,11 @@ case "$stage" in
     $py -m kernels.cuda_build 2>&1 | log
     $py -m pytest -q -m gpu -p no:cacheprovider 2>&1 | log
     $py run.py task=validate logger=none hydra.run.dir=outputs/gpu_validate 2>&1 | log ;;
+  validate)
+    $py run.py task=validate logger=none hydra.run.dir=outputs/gpu_validate 2>&1 | log ;;
+  speedrun)
+    $py run.py experiment=speedrun train.progress=false hydra.run.dir=outputs/gpu_speedrun_best 2>&1 | log
+    $py run.py -m experiment=speedrun train.progress=false hydra.sweep.dir=outputs/gpu_speedrun 2>&1 | log ;;
   parity)  # the seed GPT as configured (dropout 0.2, fused into the triton kernels too)
     $py run.py -m data=shakespeare model=gpt attention=sdpa,triton train.dtype=bfloat16 train.max_iters=2000 \
       train.progress=false logger=none hydra.sweep.dir=outputs/gpu_parity 2>&1 | log
@@ -44,7 +52,7 @@ case "$stage" in
       hydra.run.dir=outputs/gpu_ddp/2gpu 2>&1 | log
     $py -m transformerop.report outputs/gpu_ddp --no-wandb 2>&1 | log ;;
   pack)
-    tar czf "$out/gpu.tgz" --exclude='*.pt' --exclude=wandb --exclude=trace.json \
+    tar czf "$out/gpu.tgz" --exclude='*.pt' --exclude=trace.json --exclude='media' \
       experiments/results outputs/calibration $(ls -d outputs/gpu_* 2>/dev/null) ;;
-  *) echo "unknown stage $stage (checks | parity | studies [NAME...] | ddp | pack)" >&2; exit 2 ;;
+  *) echo "unknown stage $stage (calibrate | checks | validate | parity | speedrun | studies [NAME...] | ddp | pack)" >&2; exit 2 ;;
 esac

@@ -36,3 +36,31 @@ def test_graphed_step_trains_like_eager(tmp_path, dtype):
         losses[graphed] = tr.fit()["val_loss"]
         assert (tr.graphed is not None) == graphed and (not graphed or tr.graphed.captured is not None)
     assert losses[True] < 1.0 and abs(losses[True] - losses[False]) < 0.1 * losses[False] + 0.02
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run `pytest -m gpu` on the device)")
+@pytest.mark.parametrize("attention", ["sdpa", "triton"])
+def test_graphed_step_keeps_dropout_and_the_eager_kernels(tmp_path, attention):
+    """Graphed = eager: captured in training mode after warm-up, the replayed step runs the eager
+    step's kernels (dropout's included; the graph adds only the batch copies into its static
+    buffers and the lr fills, <= 6) and its training losses follow the eager ones."""
+    from conftest import SAMPLE
+    from transformerop.measure.profiler import kernel_profile
+    dev = torch.device("cuda")
+    counts, losses = {}, {}
+    for graphed in (False, True):
+        cfg = make_cfg(*SAMPLE, "model.n_layer=2", "model.n_head=4", "model.n_embd=128", "model.block_size=64",
+                       "model.dropout=0.2", "train.batch_size=16", "train.dtype=bfloat16", f"attention={attention}",
+                       f"train.cuda_graph={graphed}", "train.progress=false", "train.checkpoint=false")
+        torch.manual_seed(0)
+        data = build_data(cfg, dev)
+        tr = Trainer(cfg, build_model(cfg, data.tokenizer.vocab_size), data, dev, tmp_path / f"{graphed}.pt")
+        tr.model.train()
+        for s in range(3):  # warm-up; the graphed trainer captures in its first step
+            tr.train_step(s)
+        assert tr.model.training
+        counts[graphed] = kernel_profile(lambda: [tr.train_step(3 + i) for i in range(5)], 5)["kernels"]
+        losses[graphed] = torch.stack([tr.train_step(8 + i).clone() for i in range(60)]).float().cpu()
+    assert abs(counts[True] - counts[False]) <= 6, counts
+    assert abs(losses[True][-20:].mean() - losses[False][-20:].mean()) < 0.1, (losses[True][-20:], losses[False][-20:])
