@@ -2,10 +2,11 @@
 results.json says -- config, every metric, exit code -- for train, generate, bench and a job that
 failed its config check; provenance; failed attempts never replace an ok record."""
 import json
+import subprocess
 
 import pytest
 
-from conftest import FAST, results, run_cli
+from conftest import FAST, ROOT, results, run_cli
 from transformerop import tracking
 from transformerop.wandb_log import OfflineRun, records, run_folders
 
@@ -86,6 +87,16 @@ def test_env_records_commit_dirty_flag_and_diff_hash(tmp_path):
     assert len(env["git_commit"]) == 40 and env["git_sha"] == env["git_commit"][:7]
     assert isinstance(env["git_dirty"], bool)
     assert (env["git_diff_sha256"] is None) == (not env["git_dirty"])
+    head_tree = subprocess.run(["git", "rev-parse", "HEAD^{tree}"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()
+    assert env["git_dirty"] == (env["git_tree"] != head_tree)  # the files as they were, content-addressed
+    # the report names the commit whose tree the record's files had, wherever .git stood
+    from transformerop.report import provenance
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    stale = {"git_commit": "0" * 40, "git_tree": head_tree, "git_dirty": True, "git_diff_sha256": "ab"}
+    assert provenance([{"env": stale}]) == {"commits": [head], "clean": True, "text": f"{head[:7]} (clean)"}
+    unknown_tree = {**stale, "git_tree": "f" * 40}
+    assert not provenance([{"env": unknown_tree}])["clean"]
 
 
 def test_a_failed_attempt_never_replaces_an_ok_record(tmp_path):

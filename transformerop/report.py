@@ -252,22 +252,53 @@ def _facts(records, meta, paths) -> dict:
             "counts": {s: sum(r.get("status") == s for r in records) for s in ("ok", "failed", "skipped")}}
 
 
+def commits_by_tree() -> dict:
+    """tree hash -> the newest commit of this repo that has it (where the report runs)."""
+    from .runtime import _git
+    try:
+        out = _git("log", "--all", "--format=%H %T").stdout.decode().split("\n")
+    except (OSError, ValueError):
+        return {}
+    found = {}
+    for line in out:
+        if " " in line:
+            commit, tree = line.split()
+            found.setdefault(tree, commit)
+    return found
+
+
 def provenance(records) -> dict:
-    """Which code ran: the commits of the jobs, and whether any ran with uncommitted changes
-    (records from before dirty flags were kept count as unknown, never as clean)."""
-    envs = [r.get("env") or {} for r in records if r.get("status") != "skipped" or r.get("env")]
-    commits = sorted({e.get("git_commit") or e.get("git_sha") or "unknown" for e in envs})
-    dirty = sorted({e.get("git_diff_sha256") for e in envs if e.get("git_dirty")} - {None})
-    unknown = any(e.get("git_dirty") is None for e in envs)
+    """Which code ran. A record's git_tree (the hash of its files as they were) names the commit
+    with that tree, even when the machine that ran it had a stale .git; without a tree, HEAD and
+    its dirty flag are all there is (records from before the flag count as unknown, never clean)."""
+    trees = commits_by_tree()
+    commits, dirty, unknown = set(), set(), False
+    for r in records:
+        e = r.get("env") or {}
+        if not e:
+            continue
+        if e.get("git_tree"):
+            if e["git_tree"] in trees:
+                commits.add(trees[e["git_tree"]])
+            else:
+                dirty.add(e.get("git_diff_sha256") or e["git_tree"][:16])
+                commits.add(e.get("git_commit") or "unknown")
+        else:
+            commits.add(e.get("git_commit") or e.get("git_sha") or "unknown")
+            if e.get("git_dirty"):
+                dirty.add(e.get("git_diff_sha256"))
+            elif e.get("git_dirty") is None:
+                unknown = True
+    dirty.discard(None)
     clean = not dirty and not unknown and "unknown" not in commits
-    text = ", ".join(c[:7] for c in commits) or "unknown"
+    text = ", ".join(sorted(c[:7] for c in commits)) or "unknown"
     if dirty:
-        text += f" with uncommitted changes (diff {', '.join(dirty)})"
+        text += f" with uncommitted changes (diff {', '.join(sorted(dirty))})"
     elif unknown:
         text += " (clean or not: not recorded)"
     else:
         text += " (clean)"
-    return {"commits": commits, "clean": clean, "text": text}
+    return {"commits": sorted(commits), "clean": clean, "text": text}
 
 
 def markdown(df, meta, facts, image: str, extra=()) -> str:

@@ -4,7 +4,9 @@ import hashlib
 import os
 import random
 import resource
+import shutil
 import subprocess
+import tempfile
 
 import torch
 
@@ -67,31 +69,50 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-def _git(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, timeout=10)
+def _git(*args, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, timeout=30,
+                          env={**os.environ, **(env or {})})
+
+
+def worktree_tree() -> str | None:
+    """The git tree hash of the files as they are (tracked and untracked, minus .gitignore), made
+    in a throw-away index. Content-addressed: equal to a commit's tree exactly when the files are
+    that commit's, even where .git itself is stale (a copied working tree)."""
+    with tempfile.TemporaryDirectory() as d:
+        index = os.path.join(d, "index")
+        real = _git("rev-parse", "--git-path", "index").stdout.decode().strip()
+        try:  # start from the real index: files whose stat is unchanged are not hashed again
+            shutil.copyfile(REPO_ROOT / real, index)
+        except OSError:
+            pass
+        env = {"GIT_INDEX_FILE": index}
+        if _git("add", "-A", env=env).returncode != 0:
+            return None
+        tree = _git("write-tree", env=env).stdout.decode().strip()
+    return tree or None
 
 
 def git_info() -> dict:
-    """The code that ran: commit, whether the tree had uncommitted changes (tracked or untracked
-    files outside .gitignore), and a hash of those changes, so two dirty runs can be told apart."""
+    """The code that ran: HEAD, the tree of the files as they were (git_tree), whether they differ
+    from HEAD's, and a hash of the uncommitted changes, so two dirty runs can be told apart. The
+    report resolves git_tree to the commit that has it."""
+    unknown = {"git_sha": "unknown", "git_commit": "unknown", "git_tree": None, "git_dirty": None,
+               "git_diff_sha256": None}
     try:
         sha = _git("rev-parse", "HEAD").stdout.decode().strip()
         if not sha:
-            return {"git_sha": "unknown", "git_commit": "unknown", "git_dirty": None, "git_diff_sha256": None}
-        diff = _git("diff", "HEAD", "--binary").stdout
-        untracked = _git("ls-files", "--others", "--exclude-standard", "-z").stdout.split(b"\0")
-        h = hashlib.sha256(diff)
-        for name in sorted(u for u in untracked if u):
-            h.update(name)
-            try:
-                h.update((REPO_ROOT / name.decode()).read_bytes())
-            except OSError:
-                pass
-        dirty = bool(diff) or any(untracked)
-        return {"git_sha": sha[:7], "git_commit": sha, "git_dirty": dirty,
-                "git_diff_sha256": h.hexdigest()[:16] if dirty else None}
+            return unknown
+        tree = worktree_tree()
+        head_tree = _git("rev-parse", "HEAD^{tree}").stdout.decode().strip()
+        dirty = tree != head_tree
+        digest = None
+        if dirty:
+            h = hashlib.sha256(_git("diff", "HEAD", "--binary").stdout)
+            h.update((tree or "").encode())
+            digest = h.hexdigest()[:16]
+        return {"git_sha": sha[:7], "git_commit": sha, "git_tree": tree, "git_dirty": dirty, "git_diff_sha256": digest}
     except (OSError, subprocess.SubprocessError):
-        return {"git_sha": "unknown", "git_commit": "unknown", "git_dirty": None, "git_diff_sha256": None}
+        return unknown
 
 
 def env_info(device: torch.device) -> dict:
