@@ -13,38 +13,38 @@ from transformerop.decode import Decoder, check
 from transformerop.model import BackendUnavailable, build_model
 
 CHECK = """
-import sys, torch
-sys.path[:0] = [{root!r}, {tests!r}]
-from conftest import make_cfg
+import torch
+from omegaconf import OmegaConf
 from transformerop.model import build_model
 from transformerop.decode import Decoder
 torch.manual_seed(0)
-cfg = make_cfg("model=gpt", "model.n_layer=2", "model.n_head=4", "model.n_embd=32", "model.block_size=16",
-               "model.dropout=0.0")
+cfg = OmegaConf.create({{"model": {{"name": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 16,
+                                   "dropout": 0.0, "bias": True}}, "attention": {{"name": "sdpa"}}}})
+big = OmegaConf.create({{"keep": None, "block_n": 32, "block_k": 128}})  # big tiles: few programs, fast here
+small = OmegaConf.create({{"keep": None, "block_n": 1, "block_k": 16}})
 m = build_model(cfg, 20).eval()
 prompt = torch.randint(20, (2, 5))
 run = {{}}
 for path in ("recompute", "static", "fused"):
     logits = []
-    out = Decoder(m, path, 2, 5 + 30, temperature=0, tiles=(32, 128))(prompt, on_logits=lambda i, x: logits.append(x.clone()))
+    out = Decoder(m, path, 2, 5 + 30, temperature=0, dcfg=big)(prompt, on_logits=lambda i, x: logits.append(x.clone()))
     run[path] = (out.clone(), torch.stack(logits))
 g = lambda: torch.Generator().manual_seed(3)
-sampled = [Decoder(m, p, 2, 40, temperature=0.8, top_k=5, tiles=(32, 128))(prompt, g()).clone()
-           for p in ("recompute", "fused")]  # big tiles: few programs, fast in the interpreter
+sampled = [Decoder(m, p, 2, 40, temperature=0.8, top_k=5, dcfg=big)(prompt, g()).clone() for p in ("recompute", "fused")]
 print("TOKENS", torch.equal(run["fused"][0], run["recompute"][0]))
 print("LOGITS", (run["fused"][1] - run["static"][1]).abs().max().item())
 print("SAMPLED", torch.equal(*sampled))
 # other matvec tiles (decode.block_n / block_k): one output per program, several reduction chunks
 tiled = []
-Decoder(m, "fused", 2, 5 + 8, temperature=0, tiles=(1, 16))(prompt, on_logits=lambda i, x: tiled.append(x.clone()))
+Decoder(m, "fused", 2, 5 + 8, temperature=0, dcfg=small)(prompt, on_logits=lambda i, x: tiled.append(x.clone()))
 print("TILES", (torch.stack(tiled) - run["static"][1][:len(tiled)]).abs().max().item())
 """
 
 
 def test_fused_matches_recompute_under_the_triton_interpreter():
-    code = CHECK.format(root=str(ROOT), tests=str(ROOT / "tests"))
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    p = subprocess.run([sys.executable, "-c", CHECK.format()], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in p.stdout.splitlines() if " " in line)
     assert lines["TOKENS"] == "True"  # 30 greedy tokens past block_size 16: the window re-prefills
@@ -58,10 +58,12 @@ def test_fused_needs_cuda_or_the_interpreter_and_a_gpt():
         pytest.skip("this checks the CPU refusal")
     with pytest.raises(BackendUnavailable, match="decode=fused needs CUDA"):
         check(make_cfg("decode=fused"), torch.device("cpu"))
-    with pytest.raises(ValueError, match="use decode=kv_cache"):
+    with pytest.raises(ValueError, match="under an explicit mask, which attention=cuda refuses"):
         check(make_cfg("decode=fused", "attention=cuda"), torch.device("cuda"))
-    with pytest.raises(ValueError, match="must be powers of two"):
-        check(make_cfg("decode=fused", "decode.block_n=3"), torch.device("cuda"))
+    from transformerop.config import check as check_config
+    from transformerop.errors import ConfigError
+    with pytest.raises(ConfigError, match="decode.block_n=3 is out of range: it must be >= 1 and a power of two"):
+        check_config(make_cfg("decode=fused", "decode.block_n=3"))
 
 
 @pytest.mark.gpu

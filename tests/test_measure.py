@@ -18,6 +18,7 @@ from omegaconf import open_dict
 from conftest import ROOT, make_cfg, run_cli
 from transformerop.jobs import run_job
 from transformerop.measure import calibration, roofline as R
+from transformerop.model import get_backend
 from transformerop.measure.predict import compare, predict_train_step
 from transformerop.measure.timing import measure
 from transformerop.model import build_model, count_params
@@ -76,7 +77,7 @@ def test_param_count_by_hand_and_equals_the_model():
     assert R.param_count(R.GPTShape(6, 6, 384, 256, 65)) == 10_770_816
     for overrides in ([], ["model.bias=false"], ["attention=naive_loop"], ["model=gpt"], ["model=bigram"]):
         cfg = make_cfg(*overrides)
-        s = R.shape_of(cfg.model, 65, cfg.attention.name)
+        s = R.shape_of(cfg.model, 65, get_backend(cfg.attention.name))
         model = build_model(cfg, 65)
         assert R.param_count(s) == count_params(model), overrides
         assert R.param_tensors(s) == len(list(model.parameters())), overrides
@@ -95,11 +96,11 @@ def test_memory_flops_bytes_by_hand():
     # model: ln_f + head inputs 2 * 64 * 4 = 512, logits V * (4 + 4) = 96  ->  9,312 B per token
     assert R.activation_bytes_per_token(ADD, 8, 4) == 9_312
     # naive keeps the softmax output (H*T = 32 per token): (16*64 + 32) * 4 = 4,224 per layer -> 8,448 + 608
-    naive = R.GPTShape(2, 4, 64, 16, 12, attention="naive")
+    naive = R.shape_of(make_cfg("attention=naive").model, 12, get_backend("naive"))  # the backend declares its kernels
     assert R.activation_bytes_per_token(naive, 8, 4) == 9_056
     # + dropout 0.1: per layer (1,024 + 2*32) * 4 + masks (2*64 + 32) = 4,352 + 160 = 4,512 -> 9,024;
     # model 512 + 96 + embedding mask 64 = 672  ->  9,696
-    drop = R.GPTShape(2, 4, 64, 16, 12, dropout=0.1, attention="naive")
+    drop = R.shape_of(make_cfg("attention=naive", "model.dropout=0.1").model, 12, get_backend("naive"))
     assert R.activation_bytes_per_token(drop, 8, 4) == 9_696
     # KV cache: 2 (K, V) * L 2 * B 3 * T 16 * C 64 * 2 B (bf16) = 24,576
     assert R.kv_cache_bytes(ADD, 3, 16, 2) == 24_576
@@ -123,7 +124,7 @@ def test_time_bounds_launch_term_and_amdahl_by_hand():
     assert R.amdahl(0.2, 3.6) == pytest.approx(1 / (0.8 + 0.2 / 3.6))  # "attention 3.6x" at 20%: 1.17x
     # kernels, eval forward, fp32, sdpa: per layer 10 + 1 attention = 11, x 2 = 22; model 4 + ln_f + head = 6
     assert R.kernels_per_forward(ADD) == 28
-    assert R.kernels_per_forward(R.GPTShape(2, 4, 64, 16, 12, attention="naive")) == 2 * 21 + 6
+    assert R.kernels_per_forward(R.shape_of(make_cfg("attention=naive").model, 12, get_backend("naive"))) == 2 * 21 + 6
     # train step: forward with loss 30; batch 4 + forward 30 + backward 3 * 30 = 124;
     # CPU (per-tensor AdamW), 28 tensors: AdamW 9 * 28 = 252, clipping 2 * 28 + 4 = 60  ->  436.
     # Fused (CUDA): 124 + 10 = 134. Seed GPT fp32 (dropout on): forward 6 * 13 + 7 + 2 = 87 ->

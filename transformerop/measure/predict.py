@@ -36,7 +36,8 @@ def price(flops: float, bytes_: float, kernels: float, device, dtype_name: str, 
 
 
 def _shape(cfg, vocab_size: int) -> R.GPTShape:
-    return R.shape_of(cfg.model, vocab_size, cfg.attention.name)
+    from ..model import get_backend
+    return R.shape_of(cfg.model, vocab_size, get_backend(cfg.attention.name))
 
 
 def _memory(**parts) -> dict:
@@ -89,23 +90,24 @@ def predict_forward(cfg, vocab_size: int, device, batch: int, seq_len: int, grap
 
 def predict_generate(cfg, vocab_size: int, device, batch: int, prompt_len: int, new_tokens: int,
                      path: str, ceilings: dict | None = None) -> dict:
-    """new_tokens decode steps after a prompt. Cached paths: a prefill of the prompt, then one
-    token per step against the KV cache; recompute: every step reruns the whole context.
-    static_graph (and compiled on CUDA, which uses CUDA graphs) price launches as graph nodes."""
+    """new_tokens decode steps after a prompt. A cached path: a prefill of the prompt, then one
+    token per step against the KV cache; otherwise every step reruns the whole context. The path
+    declares its kernels per token and what prices them (graph nodes when it replays a graph)."""
+    from ..decode import get_path
     device = torch.device(device)
     cal = ceilings or calibration.load(device)
     s, dt = _shape(cfg, vocab_size), cfg.train.dtype
     el = R.dtype_bytes(dt)
-    cached = path != "recompute"
+    p = get_path(path)
+    cached = p.cached
     steps = [R.decode_token_cost(s, batch, min(prompt_len + i, s.block_size), el, cached=cached and i > 0)
              for i in range(new_tokens)]
     if cached:  # step 0 is the prefill: the prompt's tokens at their own context length
         steps[0] = {"flops": batch * prompt_len * R.flops_per_token(s, prompt_len)["forward"],
                     "bytes": R.forward_bytes(s, batch * prompt_len, prompt_len, el)}
     flops, bytes_ = sum(x["flops"] for x in steps), sum(x["bytes"] for x in steps)
-    kernels = new_tokens * R.kernels_per_decode_token(s, bf16=dt == "bfloat16")
-    graph = device.type == "cuda" and path in ("static_graph", "compiled")
-    pred = price(flops, bytes_, kernels, device, dt, cal, "graph_node_us" if graph else "op_infer_us")
+    kernels = new_tokens * p.kernels_per_token(s, dt == "bfloat16")
+    pred = price(flops, bytes_, kernels, device, dt, cal, p.launch_key(device))
     kv = R.kv_cache_bytes(s, batch, min(prompt_len + new_tokens, s.block_size), el) if cached else 0
     live = batch * (prompt_len + new_tokens) * R.inference_live_bytes_per_token(s, prompt_len + new_tokens, el)
     return {**pred, "tokens": batch * new_tokens,

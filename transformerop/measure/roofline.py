@@ -17,9 +17,6 @@ Conventions (C = n_embd, L = n_layer, H = n_head, V = vocab, T = context length)
 import math
 from dataclasses import dataclass
 
-FUSED_ATTENTION = ("sdpa", "cuda", "triton")  # never materialize the T x T scores in memory
-
-
 @dataclass(frozen=True)
 class GPTShape:
     n_layer: int
@@ -29,14 +26,24 @@ class GPTShape:
     vocab_size: int
     bias: bool = True
     dropout: float = 0.0
-    attention: str = "sdpa"
     name: str = "gpt"  # gpt | bigram
+    # what the attention backend declares (model/attention/base.py), a fused kernel by default
+    fused_attention: bool = True  # never materializes the T x T scores in memory
+    per_head_projections: bool = False  # q/k/v as a bias-free Linear per head instead of one c_attn
+    attention_kernels: int = 1  # kernels one layer's attention launches eagerly, without dropout
+    attention_kernels_dropout: int = 1  # ... with attention dropout
 
 
-def shape_of(model_cfg, vocab_size: int, attention: str = "sdpa") -> GPTShape:
+def shape_of(model_cfg, vocab_size: int, backend=None) -> GPTShape:
+    """The shape the napkin math needs; `backend` (an attention class) says what its attention costs."""
     m = model_cfg
-    return GPTShape(m.n_layer, m.n_head, m.n_embd, m.block_size, vocab_size, bool(m.bias),
-                    float(m.dropout), attention, m.name)
+    extra = {}
+    if backend is not None:
+        extra = dict(fused_attention=backend.fused, per_head_projections=backend.per_head_projections,
+                     attention_kernels=backend.kernels_per_layer(m.n_head, False),
+                     attention_kernels_dropout=backend.kernels_per_layer(m.n_head, True))
+    return GPTShape(m.n_layer, m.n_head, m.n_embd, m.block_size, vocab_size, bool(m.bias), float(m.dropout),
+                    m.name, **extra)
 
 
 def dtype_bytes(dtype_name: str) -> int:
@@ -50,7 +57,7 @@ def param_count(s: GPTShape) -> int:
     if s.name == "bigram":
         return V * V
     ln = (2 if s.bias else 1) * C  # LayerNorm weight (+ bias)
-    qkv_bias = 3 * C if s.bias and s.attention != "naive_loop" else 0  # naive_loop: per-head q/k/v, no bias
+    qkv_bias = 3 * C if s.bias and not s.per_head_projections else 0  # per-head q/k/v carry no bias
     other_bias = (C + 4 * C + C) if s.bias else 0  # attn out-proj, MLP up, MLP down
     per_layer = 12 * C * C + qkv_bias + other_bias + 2 * ln
     return V * C + s.block_size * C + L * per_layer + ln
@@ -68,7 +75,7 @@ def param_tensors(s: GPTShape) -> int:
     if s.name == "bigram":
         return 1
     per_layer = 12 if s.bias else 6  # 2 LayerNorms + 4 Linears, weight (+ bias) each
-    if s.attention == "naive_loop":
+    if s.per_head_projections:
         per_layer += 3 * s.n_head - 1 - (1 if s.bias else 0)  # q/k/v per head replace c_attn
     return s.n_layer * per_layer + 2 + (2 if s.bias else 1)  # + wte, wpe, ln_f
 
@@ -89,7 +96,7 @@ def layer_activation_bytes_per_token(s: GPTShape, seq_len: int, el: int, drop: b
     output instead (H*T per token), and the dropout output too when dropout is on. Dropout masks
     are one byte per element."""
     C, H, T = s.n_embd, s.n_head, seq_len
-    if s.attention in FUSED_ATTENTION:
+    if s.fused_attention:
         return 17 * C * el + (2 * C if drop else 0)
     return (16 * C + H * T * (2 if drop else 1)) * el + ((2 * C + H * T) if drop else 0)
 
@@ -211,14 +218,8 @@ def amdahl(share: float, op_speedup: float) -> float:
 
 # -- kernel counts (the launch term) -----------------------------------------------------------------
 def attention_kernels(s: GPTShape, drop: bool) -> int:
-    """Kernels one layer's attend() launches in eager mode."""
-    if s.attention == "naive":
-        # copy q, copy k, bmm, *scale, ones, tril, ~mask, masked_fill, softmax, copy v, bmm
-        return 11 + int(drop)
-    if s.attention == "naive_loop":
-        # per head: 3 linears, bmm, *scale, ones, tril, ~mask, masked_fill, softmax, bmm; then cat
-        return s.n_head * (11 + int(drop)) + 1
-    return 1  # one fused kernel (sdpa flash / cuda / triton)
+    """Kernels one layer's attend() launches in eager mode (the backend's declaration)."""
+    return s.attention_kernels_dropout if drop else s.attention_kernels
 
 
 def kernels_per_forward(s: GPTShape, training: bool = False, with_loss: bool = False,

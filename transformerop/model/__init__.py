@@ -1,5 +1,5 @@
 """Models: `bigram` and `gpt`, built from config (model, attention) and the data's vocab size."""
-from .attention import BACKENDS, BackendUnavailable, get_backend
+from .attention import BACKENDS, REFERENCE, BackendUnavailable, get_backend
 from .bigram import Bigram
 from .gpt import GPT
 
@@ -31,4 +31,4 @@ def count_params(model) -> int:
 
 
 __all__ = ["GPT", "Bigram", "MODELS", "build_model", "validate_model_config", "count_params",
-           "BACKENDS", "BackendUnavailable", "get_backend"]
+           "BACKENDS", "REFERENCE", "BackendUnavailable", "get_backend"]

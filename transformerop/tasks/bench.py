@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import decode, tracking
+from ..decode import timed_generation
+from ..decode.parity import parity
 from ..data import build_data
 from ..graphs import capture
 from ..measure import calibration, reference as ref
@@ -58,6 +60,7 @@ class Case:
     tokens: int = 0  # tokens processed per fn() call, for tok/s (0: not a token workload)
     info: dict = field(default_factory=dict)
     prepare: Callable[[], None] = lambda: None  # after verify, before timing (graph capture)
+    timer: Callable[[], dict] | None = None  # the region's own timing, when measure(fn) is not it
 
 
 @dataclass
@@ -128,8 +131,9 @@ def setup_attention(ctx: Ctx, data) -> list:
     B, H, T, D = ctx.B, m.n_head, ctx.T, m.n_embd // m.n_head
     q, k, v = (torch.randn(B, H, T, D, device=ctx.device).to(ctx.dtype).requires_grad_() for _ in range(3))
     dout = torch.randn(B, H, T, D, device=ctx.device).to(ctx.dtype)
-    s = R.shape_of(m, 1, ctx.cfg.attention.name)
-    fused, el = s.attention in R.FUSED_ATTENTION, R.dtype_bytes(ctx.dtype_name)
+    backend = get_backend(ctx.cfg.attention.name)
+    s = R.shape_of(m, 1, backend)
+    fused, el = backend.fused, R.dtype_bytes(ctx.dtype_name)
 
     def fwd():
         with torch.no_grad():
@@ -229,26 +233,33 @@ def setup_train_step(ctx: Ctx, data) -> list:
 
 
 def setup_generate(ctx: Ctx, data) -> list:
+    """task=generate's timed generation (decoder_for + decode.timed_generation: weights cast to the
+    run's dtype, the Decoder built -- captured, compiled -- before anything is timed) on a
+    random model and prompt, after the same parity check against the reference path."""
+    from .generate import decoder_for
     cfg, V = ctx.cfg, data.tokenizer.vocab_size
-    model = build_model(cfg, V).to(ctx.device).eval()
+    model = build_model(cfg, V).to(ctx.device)
     prompt_len = max(1, ctx.T // 4)
     new = max(1, ctx.T - prompt_len)
     prompt = torch.randint(V, (ctx.B, prompt_len), device=ctx.device)
-    path, g = cfg.decode.name, cfg.generate
-    gen = torch.Generator(device=ctx.device).manual_seed(cfg.seed)
+    g = cfg.generate
+    dec = decoder_for(model, cfg, ctx.B, prompt_len + new, g.temperature, g.top_k)
 
-    def fn():
-        with autocast(ctx.device, ctx.dtype_name):
-            return decode.generate(model, prompt, new, temperature=g.temperature, top_k=g.top_k, path=path,
-                                   generator=gen, tiles=(cfg.decode.block_n, cfg.decode.block_k))
+    def seeded():
+        return torch.Generator(device=ctx.device).manual_seed(cfg.seed)
 
     def verify():
         return {**ref.check_model_attention(model, ctx.B, ctx.T, ctx.dtype_name, ctx.device),
-                **ref.check_generate(model, prompt, new, path, decode.generate)}
+                **parity(model, dec, prompt, new, ctx.dtype_name, seeded)}
 
-    return [Case("generate", fn, verify,
-                 lambda: predict_generate(cfg, V, ctx.device, ctx.B, prompt_len, new, path, ctx.cal),
-                 tokens=ctx.B * new, info={"prompt_len": prompt_len, "new_tokens": new, "decode": path})]
+    def timer():
+        return timed_generation(dec, prompt, seeded, ctx.device, cfg.bench.warmup_ms, cfg.bench.rep_ms)[0]
+
+    gen = seeded()
+    return [Case("generate", lambda: dec(prompt, gen), verify,
+                 lambda: predict_generate(cfg, V, ctx.device, ctx.B, prompt_len, new, cfg.decode.name, ctx.cal),
+                 tokens=ctx.B * new, timer=timer,
+                 info={"prompt_len": prompt_len, "new_tokens": new, "decode": cfg.decode.name, "setup_s": dec.setup_s})]
 
 
 SETUPS = {"matmul": setup_matmul, "softmax": setup_softmax, "attention": setup_attention,
@@ -292,7 +303,7 @@ def run(cfg) -> dict:
     for case in cases:
         pred = preds[case.name]
         case.prepare()
-        stats = measure(case.fn, device, cfg.bench.warmup_ms, cfg.bench.rep_ms)
+        stats = case.timer() if case.timer else measure(case.fn, device, cfg.bench.warmup_ms, cfg.bench.rep_ms)
         row = judge(stats, pred, cfg.bench.flag_ratio)
         row.update({k: v for k, v in pred.items() if k.startswith("mem_")}, **case.info,
                    **peak_of_one_call(case.fn, device))

@@ -24,6 +24,7 @@ from ..measure import calibration, roofline as R
 from ..measure.predict import compare
 from ..measure.reference import Mismatch, expect_close
 from ..measure.timing import measure
+from ..model import REFERENCE, get_backend
 from ..runtime import pick_device, seed_everything
 
 log = logging.getLogger(__name__)
@@ -86,12 +87,12 @@ def _model_ops(cfg, device, job_dir):
     tiny = copy.deepcopy(cfg)
     for key, value in TINY_GPT.items():
         setattr(tiny.model, key, value)
-    tiny.attention.name, tiny.data.name = "sdpa", "addition"
+    tiny.attention.name, tiny.data.name = REFERENCE, "addition"
     t = tiny.train
     t.batch_size, t.grad_accum, t.dtype, t.slow_path, t.compile = 1, 1, "float32", "none", False
     data = build_data(tiny, device)
     trainer = make_trainer(tiny, device, data, job_dir)
-    s = R.shape_of(tiny.model, data.tokenizer.vocab_size, "sdpa")
+    s = R.shape_of(tiny.model, data.tokenizer.vocab_size, get_backend(tiny.attention.name))
     x, _ = data.batch("train", 1, torch.Generator(device=device).manual_seed(0))
 
     def forward():

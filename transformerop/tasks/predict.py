@@ -8,6 +8,7 @@ import torch
 from ..data import build_data
 from ..measure import calibration, roofline as R
 from ..measure.predict import predict_train_step, price
+from ..model import get_backend
 from ..runtime import pick_device
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ def run(cfg) -> dict:
     data = build_data(cfg, torch.device("cpu"))  # only for the vocabulary and the sequence length
     V = data.tokenizer.vocab_size
     T = data.batch("train", 1, torch.Generator().manual_seed(0))[0].size(1)
-    s = R.shape_of(cfg.model, V, cfg.attention.name)
+    s = R.shape_of(cfg.model, V, get_backend(cfg.attention.name))
     t, el = cfg.train, R.dtype_bytes(cfg.train.dtype)
     B = t.batch_size
 
@@ -39,7 +40,7 @@ def run(cfg) -> dict:
     p0 = preds[0][3]
     mem = R.param_memory(s)
     log.info(f"\n== napkin: model={cfg.model.name} L={s.n_layer} H={s.n_head} C={s.n_embd} V={V} block={s.block_size} "
-          f"attention={s.attention} | train B={B} x T={T} x accum {t.grad_accum}, dtype={t.dtype} ==")
+          f"attention={cfg.attention.name} | train B={B} x T={T} x accum {t.grad_accum}, dtype={t.dtype} ==")
     log.info("conventions: 2 FLOPs/MAC; train = 3 x forward = 6 N_mm + 12 L T C; fp32 weights + grads + AdamW = 16 B/param")
     model_rows = [
         ("parameters", f"{R.param_count(s):,}"), ("matmul parameters N_mm", f"{R.matmul_params(s):,}"),

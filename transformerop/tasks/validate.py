@@ -1,42 +1,38 @@
-"""task=validate: every available attention backend (and CUDA version, and softmax kernel) x
-dtype x (forward, backward) against a float64 reference on fresh random inputs, at the seed
-shape and odd ones. Outputs are poisoned with NaN before each run so an unwritten element
-fails. Prints a table; the job fails (non-zero exit) if any row fails."""
+"""task=validate: every attention backend's validation variants (model/attention: each class
+declares its own, such as CUDA versions or softmax kernels) x dtype x (forward, backward)
+against a float64 reference on fresh random inputs, at the seed shape and odd ones (head dim
+128, sequences past block_size), within the backend's tolerance for its precision; then every
+decode path against the reference path (decode/parity.py). Outputs are poisoned with NaN before
+each run so an unwritten element fails. Prints a table; the job fails if any row fails."""
 import logging
+
 import torch
 from omegaconf import OmegaConf
 
 from .. import tracking
 from ..measure.reference import reference_attend, rel_err
 from ..model import BACKENDS, BackendUnavailable, build_model, get_backend
+from ..model import REFERENCE as REF_BACKEND
 from ..runtime import pick_device
 
 log = logging.getLogger(__name__)
 
-# (B, H, T, D): the seed shape, then T = 1, 7, 64, 255, 256 with odd batches, head dims 32 and 64.
+# (B, H, T, D): the seed shape, then T = 1, 7, 64, 255, 256 with odd batches, head dims 32 and 64,
+# and head dim 128 past the seed's block_size (T 300, 512).
 SHAPES = [(64, 6, 256, 64), (3, 6, 1, 64), (5, 4, 7, 32), (3, 6, 64, 64), (5, 4, 255, 32), (3, 6, 256, 64),
-          (1, 2, 255, 64)]
+          (1, 2, 255, 64), (2, 4, 300, 128), (2, 2, 512, 128)]
 CPU_SHAPES = [(8, 6, 256, 64)] + SHAPES[1:]  # the seed batch of 64 is minutes of float64 on a CPU
-TOL = {"float32": 1e-4, "tf32": 5e-3, "bfloat16": 3e-2}
 
 
-def variants(cfg):
-    """(label, attention config) for every backend, each CUDA version and softmax kernel."""
+def variants():
+    """(label, attention config) for every backend's declared validation variants."""
     for name in BACKENDS:
-        if name == "cuda":
-            for v in range(1, 6):
-                yield f"cuda v{v}", {"name": "cuda", "version": v}
-        elif name == "naive":
-            for sm in ("torch", "cuda_block", "cuda_warp", "cuda_adaptive"):
-                yield f"naive softmax={sm}", {"name": "naive", "softmax": sm}
-        else:
-            yield name, {"name": name}
+        yield from get_backend(name).variants(name)
 
 
 def _row_cfg(cfg, acfg: dict, dtype: str, H: int, D: int):
-    c = OmegaConf.merge(cfg, {"attention": acfg, "train": {"dtype": dtype}, "decode": {"name": "kv_cache"},
-                              "model": {"name": "gpt", "n_head": H, "n_embd": H * D, "dropout": 0.0}})
-    return c
+    return OmegaConf.merge(cfg, {"attention": acfg, "train": {"dtype": dtype},
+                                 "model": {"name": "gpt", "n_head": H, "n_embd": H * D, "dropout": 0.0}})
 
 
 def _poison_allocator(device, numel: int) -> None:
@@ -86,22 +82,19 @@ def run(cfg) -> dict:
     shapes = SHAPES if device.type == "cuda" else CPU_SHAPES
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     rows = []
-    for label, acfg in variants(cfg):
+    for label, acfg in variants():
         for dtype_name in ("float32", "bfloat16"):
             reason, backend = None, get_backend(acfg["name"])
+            row_cfg = _row_cfg(cfg, acfg, dtype_name, 6, 64)
             try:
-                backend.check(_row_cfg(cfg, acfg, dtype_name, 6, 64), device)
+                backend.check(row_cfg, device)
             except (BackendUnavailable, ValueError) as e:
                 reason = str(e).splitlines()[0]
-            if reason is None and acfg["name"] == "triton" and device.type != "cuda":
-                reason = "triton on CPU runs only under TRITON_INTERPRET=1 (tests do that on small shapes)"
             if reason:
                 rows.append([label, dtype_name, "-", "-", "-", "-", f"skipped: {reason}"])
                 continue
             dtype = torch.float32 if dtype_name == "float32" else torch.bfloat16
-            tol_name = "tf32" if dtype_name == "float32" and device.type == "cuda" and acfg["name"] == "triton" \
-                else dtype_name
-            tol = TOL[tol_name]
+            tol = backend.tolerance(backend.precision(dtype_name, row_cfg.attention, device))
             errs = []  # (fwd, bwd, shape) per shape
             for (B, H, T, D) in shapes:
                 mcfg = _row_cfg(cfg, acfg, dtype_name, H, D)
@@ -127,32 +120,32 @@ def run(cfg) -> dict:
 
 
 def _decode_rows(cfg, device) -> list:
-    """Every decode path against recompute on a random GPT, greedy fp32, past block_size: the
-    tokens must be identical and the logits equal within 1e-4 (relative)."""
+    """Every decode path against the reference path on a random GPT, greedy fp32, past
+    block_size (decode/parity.py: same tokens but for float64 near-ties, logits within tolerance)."""
     from ..decode import PATHS, Decoder, check
+    from ..decode.parity import REFERENCE, parity
+    from ..measure.reference import Mismatch
     mcfg = OmegaConf.merge(cfg, {"model": {"name": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 64,
-                                           "block_size": 32, "dropout": 0.0}, "attention": {"name": "sdpa"},
+                                           "block_size": 32, "dropout": 0.0}, "attention": {"name": REF_BACKEND},
                                  "train": {"dtype": "float32"}})
     torch.manual_seed(cfg.seed)
     model = build_model(mcfg, 65).to(device).eval()
     prompt = torch.randint(65, (3, 5), device=device)
-    runs, rows = {}, []
-    for path in PATHS:
+    rows = []
+    for path in (p for p in PATHS if p != REFERENCE):
+        pcfg = OmegaConf.merge(mcfg, {"decode": {"name": path}})
         try:
-            check(OmegaConf.merge(mcfg, {"decode": {"name": path}}), device)
+            check(pcfg, device)
         except (BackendUnavailable, ValueError) as e:
             rows.append([f"decode={path}", "float32", "-", "-", "-", "-", f"skipped: {str(e).splitlines()[0]}"])
             continue
-        logits = []
-        out = Decoder(model, path, 3, 5 + 70, temperature=0)(prompt, on_logits=lambda i, x: logits.append(x.clone()))
-        runs[path] = (out.clone(), torch.stack(logits))
-        if path == "recompute":
-            continue
-        (ref_tok, ref_log), (tok, log) = runs["recompute"], runs[path]
-        err = rel_err(log, ref_log)
-        ok = torch.equal(tok, ref_tok) and err <= 1e-4
-        rows.append([f"decode={path}", "float32", f"{err:.2e}", "-", "1e-4, same tokens", "(3, 5+70, W=32)",
-                     "pass" if ok else "FAIL"])
+        dec = Decoder(model, path, 3, 5 + 70, temperature=0, dcfg=pcfg.decode)
+        try:
+            p = parity(model, dec, prompt, 70, "float32")
+            err, result, tol = f"{p['parity_rel_logit_diff']:.2e}", "pass", f"{p['parity_tolerance']:g}, same tokens"
+        except Mismatch as e:
+            err, result, tol = str(e)[:60], "FAIL", "-"
+        rows.append([f"decode={path}", "float32", err, "-", tol, "(3, 5+70, W=32)", result])
     return rows
 
 

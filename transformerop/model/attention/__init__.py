@@ -13,6 +13,9 @@ BACKENDS = {
 }
 
 
+REFERENCE = "sdpa"  # the known-good backend: calibration's tiny model and validate's decode rows use it
+
+
 def get_backend(name: str):
     if name not in BACKENDS:
         raise ValueError(f"attention.name={name!r}: choose one of {sorted(BACKENDS)}")
@@ -20,4 +23,4 @@ def get_backend(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
-__all__ = ["BACKENDS", "get_backend", "BackendUnavailable", "CausalSelfAttention", "causal_mask"]
+__all__ = ["BACKENDS", "REFERENCE", "get_backend", "BackendUnavailable", "CausalSelfAttention", "causal_mask"]

@@ -1,10 +1,16 @@
-"""The attention contract every backend follows.
+"""The attention contract every backend follows, and what a backend declares about itself.
 
 A backend subclasses CausalSelfAttention and implements `attend(q, k, v, mask)` on tensors of
 shape (B, H, T, D); the projections, head split and output projection are shared here so
 backends differ only in the part being studied. `mask` is None for plain causal attention
 (queries are the last Tq positions of the Tk keys) or a bool tensor broadcastable to
 (B, H, Tq, Tk), True where a query may attend (the static KV cache passes one).
+
+Everything the rest of the tool needs to know about a backend is a class attribute or class
+method here, overridden where it differs: dtypes, precision, cache and mask support, backward
+kind, whether it materializes the T x T scores (the roofline's bytes), kernels per layer (the
+prediction's launch term), its validation variants and tolerance. validate, predict, bench,
+decode and the report ask the class; nothing else keeps a list of backend names.
 """
 import math
 
@@ -21,9 +27,11 @@ def causal_mask(t_q: int, t_k: int, device) -> torch.Tensor:
 
 class CausalSelfAttention(nn.Module):
     supports_cache = True  # can attend one query against many cached keys
-    accepts_mask = True  # attend(mask=...) works: decode's preallocated caches (decode.MASKED_PATHS) need it
+    accepts_mask = True  # attend(mask=...) works: the masked decode paths (preallocated caches) need it
     dtypes = ("float32", "bfloat16")
     backward = "autograd"  # what computes the gradient: autograd | kernel | reference
+    fused = True  # never materializes the T x T scores in memory (the roofline's bytes)
+    per_head_projections = False  # q, k, v from one c_attn matmul (True: a bias-free Linear per head)
 
     def __init__(self, mcfg, acfg):
         super().__init__()
@@ -43,6 +51,22 @@ class CausalSelfAttention(nn.Module):
             return "bf16"
         cuda = torch.device(device).type == "cuda"
         return "tf32" if cuda and torch.backends.cuda.matmul.allow_tf32 else "ieee"
+
+    @classmethod
+    def tolerance(cls, precision: str) -> float:
+        """Max relative error against float64 that validate accepts (the one tolerance table)."""
+        from ...measure.reference import TOLERANCE
+        return TOLERANCE[precision]
+
+    @classmethod
+    def kernels_per_layer(cls, n_head: int, dropout: bool) -> int:
+        """Kernels one layer's attend() launches eagerly: one fused kernel."""
+        return 1
+
+    @classmethod
+    def variants(cls, name: str) -> list:
+        """(label, attention config) rows task=validate checks for this backend."""
+        return [(name, {"name": name})]
 
     @classmethod
     def check(cls, cfg, device: torch.device) -> None:

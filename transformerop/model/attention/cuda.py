@@ -10,7 +10,7 @@ from .base import CausalSelfAttention, causal_mask
 
 VERSIONS = (1, 2, 3, 4, 5)
 HEAD_DIMS = (16, 32, 64, 128)  # kernels are templated on these (see attention.cu)
-MASK_ERROR = "attention=cuda does not take an explicit mask (decode=static); use decode=kv_cache"
+MASK_ERROR = "attention=cuda is causal only and takes no explicit mask: use a decode path without one"
 
 
 def attention_forward(q, k, v, version: int, scale: float, out=None):
@@ -55,11 +55,11 @@ class CudaAttentionFn(torch.autograd.Function):
 
 class CudaAttention(CausalSelfAttention):
     """attention=cuda: fp32 or bf16 (fp32 accumulation), head dims 16/32/64/128, causal only
-    (mask=None, Tq <= Tk, so KV-cache decode works). No dropout on the attention probabilities:
+    (mask=None, Tq <= Tk, so a growing KV cache works). No dropout on the attention probabilities:
     it cannot be fused into these kernels, so model.dropout applies only to the residual path."""
 
     supports_cache = True
-    accepts_mask = False  # causal only: decode=kv_cache, not the masked preallocated caches
+    accepts_mask = False  # causal only: no masked preallocated caches
     backward = "reference"
 
     def __init__(self, mcfg, acfg):
@@ -80,11 +80,12 @@ class CudaAttention(CausalSelfAttention):
         if getattr(m, "n_layer", 1) > 0 and m.n_embd % m.n_head == 0 and m.n_embd // m.n_head not in HEAD_DIMS:
             raise ValueError(f"attention=cuda supports head dims {HEAD_DIMS}, "
                              f"not {m.n_embd // m.n_head} (model.n_embd / model.n_head)")
-        from ...decode import MASKED_PATHS
-        if getattr(getattr(cfg, "decode", None), "name", None) in MASKED_PATHS:  # those pass an explicit mask
-            raise ValueError(MASK_ERROR)
         from kernels.cuda_build import require_cuda
         require_cuda("attention=cuda", device)
+
+    @classmethod
+    def variants(cls, name):
+        return [(f"{name} v{v}", {"name": name, "version": v}) for v in VERSIONS]
 
     def attend(self, q, k, v, mask):
         if mask is not None:

@@ -2,10 +2,12 @@
 import torch.nn as nn
 
 from .base import CausalSelfAttention, causal_mask
-from .softmax import get_softmax
+from .softmax import SOFTMAXES, get_softmax
 
 
 class NaiveAttention(CausalSelfAttention):
+    fused = False
+
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
         self.softmax = get_softmax(acfg)
@@ -15,6 +17,15 @@ class NaiveAttention(CausalSelfAttention):
     def check(cls, cfg, device):
         super().check(cfg, device)
         get_softmax(cfg.attention).check(device)
+
+    @classmethod
+    def kernels_per_layer(cls, n_head, dropout):
+        # copy q, copy k, bmm, *scale, ones, tril, ~mask, masked_fill, softmax, (dropout), copy v, bmm
+        return 11 + int(dropout)
+
+    @classmethod
+    def variants(cls, name):
+        return [(f"{name} softmax={sm}", {"name": name, "softmax": sm}) for sm in SOFTMAXES]
 
     def attend(self, q, k, v, mask):
         att = (q @ k.transpose(-2, -1)) * self.scale  # (B, H, Tq, Tk): the T x T being studied

@@ -25,11 +25,24 @@ class Head(nn.Module):
 
 
 class NaiveLoopAttention(nn.Module):
+    """Not a CausalSelfAttention (it has no attend(): its heads own their projections), but it
+    declares the same capabilities, borrowing the defaults it shares."""
+
     supports_cache = False
+    accepts_mask = False
     dtypes = CausalSelfAttention.dtypes
     backward = "autograd"
+    fused = False
+    per_head_projections = True
     check = CausalSelfAttention.check
     precision = CausalSelfAttention.precision
+    tolerance = CausalSelfAttention.tolerance
+    variants = CausalSelfAttention.variants
+
+    @classmethod
+    def kernels_per_layer(cls, n_head, dropout):
+        # per head: 3 linears, bmm, *scale, ones, tril, ~mask, masked_fill, softmax, (dropout), bmm; then cat
+        return n_head * (11 + int(dropout)) + 1
 
     def __init__(self, mcfg, acfg):
         super().__init__()

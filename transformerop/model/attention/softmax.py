@@ -13,10 +13,13 @@ class TorchSoftmax:
         pass
 
 
+SOFTMAXES = ("torch", "cuda_block", "cuda_warp", "cuda_adaptive")
+
+
 def get_softmax(acfg):
     if acfg.softmax == "torch":
         return TorchSoftmax()
-    if acfg.softmax in ("cuda_block", "cuda_warp", "cuda_adaptive"):
+    if acfg.softmax in SOFTMAXES[1:]:
         from kernels.cuda_softmax import CudaSoftmax
         return CudaSoftmax(acfg.softmax, acfg.softmax_threshold)
-    raise ValueError(f"attention.softmax={acfg.softmax!r}: choose torch, cuda_block, cuda_warp or cuda_adaptive")
+    raise ValueError(f"attention.softmax={acfg.softmax!r}: choose one of {list(SOFTMAXES)}")

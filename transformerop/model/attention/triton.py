@@ -3,7 +3,7 @@
 Forward and backward are Triton kernels (backward = "kernel"). Attention dropout (model.dropout,
 in training) is fused into both: the backward regenerates the forward's mask from its seed.
 fp32 matmuls use TF32 tensor cores unless `attention.allow_tf32=false` is given. Decoding works
-against a KV cache (decode=kv_cache); an explicit mask (decode=static) is refused.
+against a growing KV cache; an explicit mask (the preallocated caches) is refused.
 """
 import functools
 import importlib
@@ -30,7 +30,7 @@ def _kernels():
 
 class TritonAttention(CausalSelfAttention):
     supports_cache = True
-    accepts_mask = False  # causal only: decode=kv_cache, not the masked preallocated caches
+    accepts_mask = False  # causal only: no masked preallocated caches
     dtypes = ("float32", "bfloat16")
     backward = "kernel"
 
@@ -62,8 +62,8 @@ class TritonAttention(CausalSelfAttention):
 
     def attend(self, q, k, v, mask):
         if mask is not None:
-            raise ValueError("attention=triton does not take an explicit mask (decode=static); "
-                             "use decode=kv_cache")
+            raise ValueError("attention=triton is causal only and takes no explicit mask: use a decode path "
+                             "without one")
         p = self.dropout if self.training else 0.0
         return _kernels().attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32,
                                     dropout_p=p)
@@ -76,11 +76,15 @@ INTERPRETER_BUDGET_S = 30 * 60
 
 def _check_interpretable(cfg) -> None:
     """Under TRITON_INTERPRET=1: bf16 is refused (the interpreter hands bf16 bit patterns to
-    np.matmul, so its bf16 dots are garbage), and a training job whose kernel programs alone
-    would take hours is refused with the sizes to shrink -- the interpreter checks kernels."""
+    np.matmul, so its bf16 dots are garbage), and so are task=validate and a training job whose
+    kernel programs alone would take hours (with the sizes to shrink) -- the interpreter is for
+    checking kernels."""
     if cfg.train.dtype == "bfloat16":
         raise BackendUnavailable("attention=triton in bf16 needs a GPU: the Triton interpreter (TRITON_INTERPRET=1) "
                                  "computes bf16 dots wrongly; use train.dtype=float32 there")
+    if cfg.task.name == "validate":
+        raise BackendUnavailable("attention=triton under TRITON_INTERPRET=1 is checked by tests/test_triton_attention.py "
+                                 "at small shapes; task=validate's seed shape would take hours there")
     m, t = cfg.model, cfg.train
     if cfg.task.name not in ("train", "generate") or getattr(cfg.generate, "checkpoint", None) or m.n_layer == 0:
         return

@@ -1,0 +1,59 @@
+"""The contract every decode path follows, and what it declares about itself.
+
+A path prefills a window (the prompt, or the last `keep` tokens when the window restarts) and
+then feeds one token at a time, returning the last position's logits (B, V) each time; the loop
+in decode/loop.py drives it. Capabilities are class attributes and class methods, read by
+decode.check, the loop (capture / compile), predict (kernels per token, launch cost) and the
+report; nothing else keeps a list of path names."""
+import torch
+
+from ..errors import BackendUnavailable
+
+
+def model_device(model):
+    return next(model.parameters()).device
+
+
+class DecodePath:
+    cached = True  # keeps K/V of earlier tokens (the attention backend must support a cache)
+    masked = False  # attends over a preallocated cache under an explicit validity mask
+    graphed = False  # on CUDA, one decode step is captured in a CUDA graph and replayed per token
+    compiled = False  # one decode step goes through torch.compile(mode="reduce-overhead")
+
+    def __init__(self, model, batch_size: int, dcfg=None):
+        self.model, self.batch_size = model, batch_size
+
+    # -- what a path does ---------------------------------------------------------------------
+    def prefill(self, window):
+        """Run the window (B, T) through the model from an empty cache; last logits (B, V)."""
+        raise NotImplementedError
+
+    def forward_token(self, token):
+        """One new token (B, 1) against what the path holds; last logits (B, V)."""
+        raise NotImplementedError
+
+    def rewind(self) -> None:
+        """An empty cache (warm-up steps start from here)."""
+
+    def state(self) -> list:
+        """Device tensors a compiled step mutates in place (marked static for its CUDA graphs)."""
+        return []
+
+    # -- what a path declares -----------------------------------------------------------------
+    @classmethod
+    def check(cls, cfg, device) -> None:
+        """Raise ValueError (cannot work) or BackendUnavailable (cannot run here) before any work."""
+        if cls.graphed and torch.device(device).type != "cuda":
+            raise BackendUnavailable(f"decode={cfg.decode.name} needs CUDA (it replays a CUDA graph per token)")
+
+    @classmethod
+    def kernels_per_token(cls, shape, bf16: bool) -> int:
+        """Kernels one decode step launches (or graph nodes it replays): the launch term."""
+        from ..measure import roofline as R
+        return R.kernels_per_decode_token(shape, bf16=bf16)
+
+    @classmethod
+    def launch_key(cls, device) -> str:
+        """The calibrated per-kernel cost that prices this path's kernels (graph nodes on CUDA)."""
+        return "graph_node_us" if (cls.graphed or cls.compiled) and torch.device(device).type == "cuda" \
+            else "op_infer_us"
