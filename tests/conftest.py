@@ -9,10 +9,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from transformerop.config import register
 
-from transformerop.config import register  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 register()
 torch.set_num_threads(min(2, os.cpu_count() or 1))

@@ -6,11 +6,17 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT, make_cfg
 
-GROUPS = sorted(p.name for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name != "experiment")
+from transformerop.decode import PATHS
+from transformerop.model import BACKENDS
+from transformerop.tasks import TASKS
+
+# option groups from registries (config.register stores one option per entry), then the yaml ones
+REGISTERED = {"attention": list(BACKENDS), "decode": list(PATHS), "task": list(TASKS)}
+GROUPS = sorted(set(REGISTERED) | {p.name for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name != "experiment"})
 
 
 def options(group):
-    return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+    return REGISTERED.get(group) or sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
@@ -36,7 +42,11 @@ def test_defaults_follow_the_data_set():
 
 
 @pytest.mark.parametrize("override,field", [("model.n_layer=abc", "model.n_layer"), ("train.lr=fast", "train.lr"),
-                                            ("model.nope=1", "model.nope"), ("train.dtype=[1]", "train.dtype")])
+                                            ("model.nope=1", "model.nope"), ("train.dtype=[1]", "train.dtype"),
+                                            ("train.dtype=float16", "train.dtype"),
+                                            ("attention.name=bogus", "attention.name"),
+                                            ("decode.name=bogus", "decode.name"),
+                                            ("bench.target=nope", "bench.target")])
 def test_bad_values_fail_at_compose(override, field):
     with pytest.raises(ConfigCompositionException) as e:
         make_cfg(override)

@@ -1,6 +1,7 @@
 """Checkpoints: written atomically (temp file + rename), loaded with weights_only=True, and
 refused with a clear message when they come from a different model."""
 import os
+from enum import Enum
 from pathlib import Path
 
 import torch
@@ -11,7 +12,8 @@ SHAPE_KEYS = ("name", "n_layer", "n_head", "n_embd", "block_size", "bias")
 
 
 def model_signature(model_cfg, vocab_size: int, chars: str) -> dict:
-    sig = {k: getattr(model_cfg, k) for k in SHAPE_KEYS}
+    # plain values only (an option name is a str Enum in the config): a weights-only load refuses classes
+    sig = {k: (v.value if isinstance(v, Enum) else v) for k in SHAPE_KEYS for v in [getattr(model_cfg, k)]}
     sig.update(vocab_size=vocab_size, chars=chars)
     return sig
 

@@ -10,12 +10,40 @@ dir or W&B run exists."""
 import os
 import time
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from enum import StrEnum
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING as CHOSEN_BY_DEFAULTS
 from omegaconf import DictConfig, OmegaConf
 
+from .data import DATASETS
+from .decode import PATHS
 from .errors import ConfigError
+from .model import BACKENDS, MODELS
+from .model.attention.softmax import SOFTMAXES
+from .runtime import DTYPES
+from .tasks import TASKS
+
+
+def choices(name: str, names) -> type:
+    """A str-valued Enum of the option names a registry holds: a wrong name fails at compose time,
+    and a new registry line is a new valid value with nothing else to edit."""
+    return StrEnum(name, {n: n for n in names})
+
+
+Task = choices("Task", TASKS)
+Model = choices("Model", MODELS)
+Data = choices("Data", DATASETS)
+Attention = choices("Attention", BACKENDS)
+Softmax = choices("Softmax", SOFTMAXES)
+DecodePath = choices("DecodePath", PATHS)
+Dtype = choices("Dtype", DTYPES)
+BenchTarget = choices("BenchTarget", ("matmul", "softmax", "attention", "forward", "train_step", "generate"))
+SlowPath = choices("SlowPath", ("none", "host_sync", "h2d_copy"))
+Logger = choices("Logger", ("wandb", "none"))
+LoggerMode = choices("LoggerMode", ("offline", "online", "disabled"))
+Console = choices("Console", ("wrap", "redirect", "off", "auto"))
 
 
 def num(default, *, gt=None, ge=None, lt=None, le=None, power_of_two: bool = False):
@@ -25,12 +53,12 @@ def num(default, *, gt=None, ge=None, lt=None, le=None, power_of_two: bool = Fal
 
 @dataclass
 class TaskConfig:
-    name: str = "train"  # train | generate | bench | profile | validate | calibrate | predict | report
+    name: Task = Task.train
 
 
 @dataclass
 class ModelConfig:
-    name: str = "gpt"  # gpt | bigram
+    name: Model = Model.gpt
     n_layer: int = num(6, ge=0)
     n_head: int = num(6, ge=1)
     n_embd: int = num(384, ge=1)
@@ -41,7 +69,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    name: str = "addition"  # addition | shakespeare
+    name: Data = Data.addition
     # text data: `file` is looked up beside transformerop/data/ (files the package ships), then in
     # cache_dir (None: <repo>/data, or $TRANSFORMEROP_DATA); downloaded from `url` when missing
     file: str = "tinyshakespeare.txt"
@@ -56,16 +84,16 @@ class DataConfig:
 
 @dataclass
 class AttentionConfig:
-    name: str = "sdpa"  # naive_loop | naive | sdpa | cuda | triton
+    name: Attention = CHOSEN_BY_DEFAULTS  # the attention group's option (conf/config.yaml's defaults pick one)
     version: int = 5  # cuda: kernel ladder v1..v5
-    softmax: str = "torch"  # naive: torch | cuda_block | cuda_warp | cuda_adaptive
+    softmax: Softmax = Softmax.torch  # naive: the row softmax
     softmax_threshold: int = num(1024, ge=1)  # cuda_adaptive: rows at least this long use the block kernel
     allow_tf32: bool = True  # triton, fp32: TF32 tensor cores in tl.dot (false: IEEE fp32)
 
 
 @dataclass
 class DecodeConfig:
-    name: str = "kv_cache"  # recompute | kv_cache | static | static_graph | compiled | fused
+    name: DecodePath = CHOSEN_BY_DEFAULTS  # the decode group's option (conf/config.yaml's defaults pick one)
     keep: Optional[int] = num(None, ge=1)  # past block_size: re-prefill the last `keep` tokens (None: block_size // 2)
     # decode=fused: outputs per program and reduction chunk of its matvecs. Fewer outputs per
     # program = more programs on the SMs; a sweep over them decides, not a guess.
@@ -89,7 +117,7 @@ class TrainConfig:
     eval_iters: int = num(200, ge=1)
     eval_full: bool = False  # in-loop evals: every window of each split once instead of eval_iters batches
     eval_train: bool = True  # in-loop evals estimate the train split too (false: val only; train loss from the steps)
-    dtype: str = "float32"  # float32 | bfloat16 (autocast on CUDA)
+    dtype: Dtype = Dtype.float32  # bfloat16: autocast (train), weights cast (generate)
     compile: bool = False
     cuda_graph: bool = False  # capture the whole train step in one CUDA graph (CUDA, grad_accum 1, 1 rank)
     resume: Any = True  # true: latest checkpoint in the run dir; false; or a checkpoint path
@@ -97,7 +125,7 @@ class TrainConfig:
     sample_tokens: int = num(200, ge=0)  # text: characters sampled at the end
     # stop once the whole val split's loss is <= this; time_to_target_s counts from process launch
     target_loss: Optional[float] = num(None, gt=0.0)
-    slow_path: str = "none"  # planted slowdown for the measurement tests: none | host_sync | h2d_copy
+    slow_path: SlowPath = SlowPath.none  # planted slowdown for the measurement tests
     progress: bool = True
     profile: bool = False  # CUDA, task=train: after the run, kernel time over 10 more steps (not saved)
 
@@ -116,7 +144,7 @@ class GenerateConfig:
 
 @dataclass
 class BenchConfig:
-    target: str = "train_step"  # matmul | softmax | attention | forward | train_step | generate
+    target: BenchTarget = BenchTarget.train_step
     batch_size: Optional[int] = num(None, ge=1)  # None: train.batch_size
     seq_len: Optional[int] = num(None, ge=1)  # None: model.block_size
     rows: Optional[int] = num(None, ge=1)  # softmax: row count (None: B*heads*T)
@@ -131,11 +159,11 @@ class BenchConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = "wandb"  # wandb | none
-    mode: str = "offline"  # offline | online | disabled
+    name: Logger = Logger.wandb
+    mode: LoggerMode = LoggerMode.offline
     project: str = "transformerop"
     entity: Optional[str] = None
-    console: str = "wrap"  # W&B console capture: wrap | redirect | off
+    console: Console = Console.wrap  # W&B console capture
     system_metrics: bool = True  # W&B system metrics (GPU utilisation and memory, CPU)
 
 
@@ -238,7 +266,12 @@ def run_stamp() -> str:
 
 
 def register() -> None:
+    """The schema, and one config option per registry entry: `attention=NAME`, `decode=NAME` and
+    `task=NAME` work for every registered backend, path and task with no yaml file to write."""
     if not OmegaConf.has_resolver("run_stamp"):
         OmegaConf.register_new_resolver("run_stamp", run_stamp, use_cache=True)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
+    for group, names in (("attention", BACKENDS), ("decode", PATHS), ("task", TASKS)):
+        for name in names:
+            cs.store(group=group, name=name, node={"name": name})

@@ -7,7 +7,6 @@ says so in one line (exit 3). In a multirun each job is checked on its own and r
 non-zero at the end if any job failed. With sweep.isolate=true every job runs in a fresh process
 of its own (isolate.py), so what it measures from launch is what a user would see."""
 import gc
-import importlib
 import logging
 import os
 import sys
@@ -22,16 +21,10 @@ from hydra.types import RunMode
 from . import clock, config, distributed, tracking
 from .errors import BackendUnavailable, ConfigError, UserError, show_traceback
 from .runtime import env_info, peak_memory_bytes, pick_device
+from .tasks import task_module
 
 log = logging.getLogger(__name__)
-TASKS = ("train", "generate", "bench", "profile", "validate", "calibrate", "predict", "report")
 GROUP_ENV = "TRANSFORMEROP_GROUP"  # set by an isolating sweep for its child processes
-
-
-def task_module(name: str):
-    if name not in TASKS:
-        raise ConfigError(f"task.name={name!r}: choose one of {list(TASKS)}")
-    return importlib.import_module(f"transformerop.tasks.{name}")
 
 
 def validate(cfg, with_data: bool = True) -> None:

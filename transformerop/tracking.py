@@ -76,7 +76,7 @@ class Tracker:
         self.run = wandb.init(
             project=lc.project, entity=lc.entity, group=self.group, job_type=self.task, tags=self.tags,
             name=self.name, id=run_id, resume="allow", dir=str(self.job_dir), mode=lc.mode,
-            config=OmegaConf.to_container(self.cfg, resolve=True), reinit="create_new",
+            config=OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True), reinit="create_new",
             settings=wandb.Settings(console=lc.console, x_disable_stats=not lc.system_metrics),
         )
         # the curves' own summaries, under their own names (never a final metric's key)
@@ -131,8 +131,8 @@ class Tracker:
     def record(self, status: str, error: dict | None, env: dict) -> dict:
         return {
             "status": status, "error": error, "task": self.task, "overrides": self.overrides,
-            "study": OmegaConf.to_container(self.cfg.study, resolve=True), "tags": self.tags,
-            "config": OmegaConf.to_container(self.cfg, resolve=True), "metrics": self.metrics,
+            "study": OmegaConf.to_container(self.cfg.study, resolve=True, enum_to_str=True), "tags": self.tags,
+            "config": OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True), "metrics": self.metrics,
             "timings": self.timings, "tables": self.tables, "history": self.history, "env": env,
             "wandb": self.wandb_info(), "job_dir": str(self.job_dir),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),

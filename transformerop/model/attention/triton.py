@@ -8,8 +8,6 @@ against a growing KV cache; an explicit mask (the preallocated caches) is refuse
 import functools
 import importlib
 import os
-import sys
-from pathlib import Path
 
 import torch
 
@@ -18,14 +16,8 @@ from .base import BackendUnavailable, CausalSelfAttention
 
 @functools.cache  # attend() runs per layer per step: import once
 def _kernels():
-    """Import kernels.triton_attention; kernels/ sits at the repo root, beside the package."""
-    try:
-        return importlib.import_module("kernels.triton_attention")
-    except ModuleNotFoundError as e:
-        if e.name not in ("kernels", "kernels.triton_attention"):
-            raise
-        sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-        return importlib.import_module("kernels.triton_attention")
+    """kernels.triton_attention, imported when this backend is first used (Triton loads then)."""
+    return importlib.import_module("kernels.triton_attention")
 
 
 class TritonAttention(CausalSelfAttention):
