@@ -79,13 +79,18 @@ def test_cuda_softmax_unavailable_without_gpu(variant):
 
 @pytest.mark.parametrize("overrides,match", [
     (["attention.version=6"], "attention.version=6"),
-    (["train.dtype=float16"], "float16"),
     (["model=gpt", "model.n_embd=96", "model.n_head=2"], "head dims"),
-    (["decode=static"], "explicit mask"),
 ])
 def test_cuda_attention_rejects_bad_config(overrides, match):
+    # (train.dtype=float16 no longer composes at all: tests/test_config.py)
     with pytest.raises(ValueError, match=match):
         CudaAttention.check(make_cfg("attention=cuda", *overrides), torch.device("cpu"))
+
+
+def test_masked_decode_paths_are_refused_for_a_causal_only_backend():
+    from transformerop.decode import check
+    with pytest.raises(ValueError, match="under an explicit mask, which attention=cuda refuses"):
+        check(make_cfg("attention=cuda", "decode=static"), torch.device("cpu"))
 
 
 def test_explicit_mask_is_refused_not_ignored():
@@ -93,7 +98,7 @@ def test_explicit_mask_is_refused_not_ignored():
     attn = CudaAttention(cfg.model, cfg.attention)
     q = torch.randn(1, 6, 1, 64)
     kv = torch.randn(1, 6, 5, 64)
-    with pytest.raises(ValueError, match="decode=kv_cache") as e:
+    with pytest.raises(ValueError, match="takes no explicit mask") as e:
         attn.attend(q, kv, kv, torch.ones(1, 1, 1, 5, dtype=torch.bool))
     assert str(e.value) == MASK_ERROR
     assert CudaAttention.backward == "reference" and CudaAttention.supports_cache

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from transformerop import report as R
-from transformerop import scorecard as S
+from transformerop.report import scorecard as S
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ENV = {"device_name": "NVIDIA H200", "torch": "2.11.0", "triton": "3.6.0", "cuda": "13.0", "git_sha": "abc1234",
@@ -72,8 +72,8 @@ def test_table_ratios_reasons_and_files(decode_sweep):
     for needle in ("# demo report", "NVIDIA H200", "2.11.0", "2026-11-30", "`python run.py -m experiment=demo`",
                    "`decode=recompute`", "planted failure", "baseline / row for times", "1.25x", "4.00x"):
         assert needle in md, needle
-    data = json.loads(R.DATA_RE.search(md).group(1))
-    assert data["study"] == "demo" and len(data["rows"]) == 6
+    assert "<!--" not in md  # nothing hidden: the numbers are the table, and the CSV beside it
+    assert set(df["study"]) == {"demo"} and len(df) == 6
     png = out["png"].read_bytes()
     assert png[:8] == PNG_MAGIC and len(png) > 1000
 
@@ -99,8 +99,7 @@ def test_multi_region_jobs_get_a_ratio_per_region(tmp_path):
     df, _ = R.build(R.load_records([sweep]))
     assert df["attention_fwd_x_baseline"].tolist() == pytest.approx([1.0, 2.0])
     assert df["attention_fwd_bwd_x_baseline"].tolist() == pytest.approx([1.0, 0.5])
-    line = S.scorecard_line(json.loads(R.DATA_RE.search(R.report([sweep], use_wandb=False)["md"].read_text())
-                                       .group(1)), "ak.md")
+    line = S.scorecard_line(S.read_table(R.report([sweep], use_wandb=False)["csv"]), "ak.md")
     assert "backend=cuda_v5 attention_fwd: 2.00x" in line and "depends" in line
 
 

@@ -177,7 +177,7 @@ class StudyConfig:
     name: str = ""  # the experiment this job belongs to
     baseline: str = ""  # override string of the row the report divides by, e.g. "decode=recompute"
     smoke: bool = False  # shrink to CPU size
-    # Outside numbers to beat, rendered by the report beside ours (transformerop/goals.py):
+    # Outside numbers to beat, rendered by the report beside ours (transformerop/report/goals.py):
     # [{what, metric, where, reference, goal | goal_x_baseline, direction, device, note}]
     goals: List[Any] = field(default_factory=list)
 

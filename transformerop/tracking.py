@@ -51,6 +51,21 @@ def _scalar(v) -> bool:
     return isinstance(v, (int, float, str, bool)) or v is None
 
 
+# What the report shows of each timed region, as `<region>_<stat>` columns of the job's row.
+TIMING_STATS = ("median_ms", "p25_ms", "p75_ms", "min_ms", "max_ms", "repeats", "predicted_ms",
+                "measured_over_predicted", "flagged", "bound", "mfu", "kernel_us", "kernels", "gpu_busy",
+                "flops", "bytes", "intensity", "achieved_flops", "peak_flops", "bandwidth")
+
+
+def flat_row(metrics: dict, timings: dict) -> dict:
+    """The job as one flat row: every scalar metric, then each timed region's statistics as
+    `<region>_<stat>`. results.json carries it as `row`; the report is a table of these rows."""
+    row = {k: v for k, v in metrics.items() if _scalar(v)}
+    for region, t in timings.items():
+        row.update({f"{region}_{k}": t[k] for k in TIMING_STATS if k in t and _scalar(t[k])})
+    return row
+
+
 class Tracker:
     def __init__(self, cfg, job_dir: Path, task: str, overrides: list, group: str, tags: list, name: str = ""):
         self.cfg, self.job_dir, self.task = cfg, Path(job_dir), task
@@ -133,7 +148,8 @@ class Tracker:
             "status": status, "error": error, "task": self.task, "overrides": self.overrides,
             "study": OmegaConf.to_container(self.cfg.study, resolve=True, enum_to_str=True), "tags": self.tags,
             "config": OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True), "metrics": self.metrics,
-            "timings": self.timings, "tables": self.tables, "history": self.history, "env": env,
+            "timings": self.timings, "row": flat_row(self.metrics, self.timings), "tables": self.tables,
+            "history": self.history, "env": env,
             "wandb": self.wandb_info(), "job_dir": str(self.job_dir),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(self.started)),
             "wall_s": round(time.time() - self.started, 3),

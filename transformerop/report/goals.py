@@ -9,7 +9,8 @@ miss misses.
 """
 import math
 
-from .report import HIGHER, LOWER, METRICS, _holds, _num, fmt, parse_overrides
+from .render import fmt
+from .table import HIGHER, LOWER, METRICS, holds as _holds, is_num as _num, parse_overrides
 
 
 def _direction(g, metric: str) -> str:
