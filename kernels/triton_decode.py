@@ -1,4 +1,4 @@
-"""Fused decode step (decode=fused): one token through the GPT in 5 Triton kernels per layer.
+"""The fused decode step: one token through the GPT in 5 Triton kernels per layer.
 
 Batch-1 decode is a chain of ~100 tiny launches (LayerNorm, three matvecs, split, cache writes,
 attention, adds, GELU ...), each far below a microsecond of real work, so the step is launch

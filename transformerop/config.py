@@ -95,7 +95,7 @@ class AttentionConfig:
 class DecodeConfig:
     name: DecodePath = CHOSEN_BY_DEFAULTS  # the decode group's option (conf/config.yaml's defaults pick one)
     keep: Optional[int] = num(None, ge=1)  # past block_size: re-prefill the last `keep` tokens (None: block_size // 2)
-    # decode=fused: outputs per program and reduction chunk of its matvecs. Fewer outputs per
+    # a fused decode step's matvec tile: outputs per program and reduction chunk. Fewer outputs per
     # program = more programs on the SMs; a sweep over them decides, not a guess.
     block_n: int = num(4, ge=1, power_of_two=True)
     block_k: int = num(128, ge=16, power_of_two=True)
@@ -175,7 +175,7 @@ class ReportConfig:
 @dataclass
 class StudyConfig:
     name: str = ""  # the experiment this job belongs to
-    baseline: str = ""  # override string of the row the report divides by, e.g. "decode=recompute"
+    baseline: str = ""  # override string of the row the report divides by, e.g. "train.cuda_graph=false"
     smoke: bool = False  # shrink to CPU size
     # Outside numbers to beat, rendered by the report beside ours (transformerop/report/goals.py):
     # [{what, metric, where, reference, goal | goal_x_baseline, direction, device, note}]

@@ -1,5 +1,5 @@
 """W&B run names a person can read in a dashboard: the overrides that vary across the sweep,
-with short keys (`attention=triton dtype=bfloat16`), not `<stamp>/0`."""
+with short keys (`attention=<name> dtype=bfloat16`), not `<stamp>/0`."""
 import os
 import re
 from pathlib import Path

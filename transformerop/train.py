@@ -175,10 +175,20 @@ class Trainer:
         return m
 
     # -- one step --------------------------------------------------------------
-    def forward_backward(self, x, y, scale: float = 1.0):
-        """One micro-batch: forward under the run's autocast, backward of loss * scale."""
+    def next_batch(self):
+        """The next training micro-batch (and the planted slow path, when a test asks for one)."""
+        x, y = self.data.batch("train", self.t.batch_size, self.gen)
+        _plant_slow_path(self.t.slow_path, x, self.device)
+        return x, y
+
+    def forward(self, x, y):
+        """The loss of one micro-batch under the run's autocast (no weight-cast cache in a graph)."""
         with autocast(self.device, self.t.dtype, cache=self.graphed is None):
-            _, loss = self.model(x, y)
+            return self.model(x, y)[1]
+
+    def forward_backward(self, x, y, scale: float = 1.0):
+        """One micro-batch: forward, then backward of loss * scale."""
+        loss = self.forward(x, y)
         (loss * scale if scale != 1.0 else loss).backward()
         return loss.detach()
 
@@ -193,8 +203,7 @@ class Trainer:
         """grad_accum micro-batches, then one optimizer step. Returns the last micro-batch's loss."""
         t = self.t
         for micro in range(t.grad_accum):
-            x, y = self.data.batch("train", t.batch_size, self.gen)
-            _plant_slow_path(t.slow_path, x, self.device)
+            x, y = self.next_batch()
             last = micro == t.grad_accum - 1
             # Under DDP, all-reduce gradients only once, on the last micro-step.
             with self.model.no_sync() if self.ddp and not last else contextlib.nullcontext():

@@ -21,6 +21,7 @@ PATHS = {
     "compiled": "transformerop.decode.compiled:Compiled",
     "fused": "transformerop.decode.fused:Fused",
 }
+REFERENCE = "recompute"  # the path every other is checked against (decode/parity.py), and the default
 
 
 def get_path(name: str):
@@ -48,5 +49,5 @@ def check(cfg, device) -> None:
                          f"attention={cfg.attention.name} refuses: use a decode path without one (decode=kv_cache)")
 
 
-__all__ = ["PATHS", "get_path", "check", "Decoder", "generate", "timed_generation", "gumbel_noise", "sample_next",
+__all__ = ["PATHS", "REFERENCE", "get_path", "check", "Decoder", "generate", "timed_generation", "gumbel_noise", "sample_next",
            "BackendUnavailable"]

@@ -56,7 +56,8 @@ class Fused(Static):
             raise BackendUnavailable("decode=fused in bf16 needs a GPU: the Triton interpreter computes bf16 "
                                      "wrongly; use train.dtype=float32 there")
         if cfg.model.name != "gpt":
-            raise ValueError(f"decode=fused fuses GPT blocks; model={cfg.model.name} has none: use decode=static")
+            raise ValueError(f"decode=fused fuses GPT blocks; model={cfg.model.name} has none: use a path that runs "
+                             "the model itself")
 
     @classmethod
     def kernels_per_token(cls, shape, bf16: bool) -> int:

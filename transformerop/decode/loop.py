@@ -142,9 +142,12 @@ class Decoder:
 
 
 @torch.no_grad()
-def generate(model, idx, max_new_tokens: int, temperature: float = 1.0, top_k=None, path: str = "recompute",
+def generate(model, idx, max_new_tokens: int, temperature: float = 1.0, top_k=None, path: str | None = None,
              generator=None, keep=None, dcfg=None):
-    """Append max_new_tokens to idx (B, T0) along `path`; see the module docstring for the window rule."""
+    """Append max_new_tokens to idx (B, T0) along `path` (default: the reference path); see the
+    module docstring for the window rule."""
+    from . import REFERENCE
+    path = path or REFERENCE
     was_training = model.training
     model.eval()
     try:

@@ -10,7 +10,6 @@ import torch
 
 from ..measure.reference import Mismatch, check_precision, float64_model, rel_err, tolerance
 
-REFERENCE = "recompute"
 NEAR_TIE = 1e-4
 
 
@@ -32,6 +31,7 @@ def _near_tie(model, context, token, ref_token, temperature: float, noise) -> fl
 
 def parity(model, dec, prompt, n: int, dtype_name: str, seeded=None) -> dict:
     """dec (a Decoder on `model`) against a recompute Decoder of the same shape and sampling."""
+    from . import REFERENCE
     from .loop import Decoder
     ref = Decoder(model, REFERENCE, dec.B, dec.total, dec.temperature, dec.top_k, dec.keep)
     (ref_tok, ref_log), (tok, log) = _run(ref, prompt, n, seeded), _run(dec, prompt, n, seeded)
@@ -45,7 +45,7 @@ def parity(model, dec, prompt, n: int, dtype_name: str, seeded=None) -> dict:
            "parity_rel_logit_diff": rel, "parity_tolerance": tol, "parity_precision": check_precision(dtype_name,
                                                                                                   prompt.device)}
     if not rel <= tol:
-        raise Mismatch(f"decode={dec.path} differs from {REFERENCE}: relative logit difference {rel:.2e} exceeds "
+        raise Mismatch(f"decode={dec.path} differs from the reference path: relative logit difference {rel:.2e} exceeds "
                        f"{tol:g} while the tokens agree ({agree}/{n} tokens)")
     if dtype_name == "float32" and agree < n:
         b = int((tok[:, agree] != ref_tok[:, agree]).nonzero()[0])
@@ -53,7 +53,7 @@ def parity(model, dec, prompt, n: int, dtype_name: str, seeded=None) -> dict:
         noise = ref.noise[prompt.size(1) + agree, b] if ref.noise is not None else None
         gap = _near_tie(model, context, int(tok[b, agree]), int(ref_tok[b, agree]), dec.temperature, noise)
         if gap > NEAR_TIE:
-            raise Mismatch(f"decode={dec.path} differs from {REFERENCE} in row {b} at new token {agree} (token "
+            raise Mismatch(f"decode={dec.path} differs from the reference path in row {b} at new token {agree} (token "
                            f"{int(tok[b, agree])} vs {int(ref_tok[b, agree])}, a logit gap of {gap:.2e} of the range)")
         out["parity_near_tie_gap"] = gap
     return out

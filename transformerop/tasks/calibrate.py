@@ -20,6 +20,7 @@ import torch
 
 from .. import tracking
 from ..data import build_data
+from ..graphs import capture
 from ..measure import calibration, roofline as R
 from ..measure.predict import compare
 from ..measure.reference import Mismatch, expect_close
@@ -69,15 +70,8 @@ def _launch(device):
 
 def _graph_launch(device):
     x = torch.randn(1, device=device)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        _tiny_ops(x)  # warm-up off the capture stream
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _tiny_ops(x)
-    return measure(graph.replay, device), f"one CUDA graph of {LAUNCH_OPS} add_ nodes per replay"
+    captured = capture(lambda: _tiny_ops(x), warmup=1)
+    return measure(captured.replay, device), f"one CUDA graph of {LAUNCH_OPS} add_ nodes per replay"
 
 
 def _model_ops(cfg, device, job_dir):

@@ -23,8 +23,8 @@ from ..measure.predict import flag_line, judge, predict_train_step
 from ..measure.profiler import on_device
 from ..measure.roofline import amdahl
 from ..measure.timing import measure
-from ..runtime import autocast, pick_device, seed_everything, sync
-from ..train import _plant_slow_path, lr_at
+from ..runtime import pick_device, seed_everything, sync
+from ..train import lr_at, set_lr
 from .bench import make_trainer, peak_of_one_call
 
 log = logging.getLogger(__name__)
@@ -40,29 +40,21 @@ def check(cfg, device) -> None:
 
 
 class Phases:
-    """Trainer.train_step cut into its three phases (same batch draw, slow path, autocast,
-    clipping and AdamW), so each can be timed and labelled on its own."""
+    """The trainer's own step (Trainer.next_batch, forward, backward, optimizer_step) cut into
+    three phases, so each can be timed and labelled on its own."""
 
     def __init__(self, trainer, data):
         self.tr, self.data, self.loss = trainer, data, None
-        for g in trainer.opt.param_groups:
-            g["lr"] = lr_at(trainer.t.warmup_iters, trainer.t)  # a steady-state lr; the schedule costs nothing
+        set_lr(trainer.opt, lr_at(trainer.t.warmup_iters, trainer.t))  # a steady-state lr (in place: a tensor stays one)
 
     def forward(self):
-        t = self.tr.t
-        x, y = self.data.batch("train", t.batch_size, self.tr.gen)
-        _plant_slow_path(t.slow_path, x, self.tr.device)
-        with autocast(self.tr.device, t.dtype):
-            _, self.loss = self.tr.model(x, y)
+        self.loss = self.tr.forward(*self.tr.next_batch())
 
     def backward(self):
         self.loss.backward()
 
     def optimizer(self):
-        if self.tr.t.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.tr.model.parameters(), self.tr.t.grad_clip)
-        self.tr.opt.step()
-        self.tr.opt.zero_grad(set_to_none=True)
+        self.tr.optimizer_step()
 
     def prefix(self, n: int, synced: bool):
         """The first n phases as one callable; synced puts a device sync after each phase. A

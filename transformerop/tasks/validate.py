@@ -122,8 +122,8 @@ def run(cfg) -> dict:
 def _decode_rows(cfg, device) -> list:
     """Every decode path against the reference path on a random GPT, greedy fp32, past
     block_size (decode/parity.py: same tokens but for float64 near-ties, logits within tolerance)."""
-    from ..decode import PATHS, Decoder, check
-    from ..decode.parity import REFERENCE, parity
+    from ..decode import PATHS, REFERENCE, Decoder, check
+    from ..decode.parity import parity
     from ..measure.reference import Mismatch
     mcfg = OmegaConf.merge(cfg, {"model": {"name": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 64,
                                            "block_size": 32, "dropout": 0.0}, "attention": {"name": REF_BACKEND},

@@ -53,7 +53,7 @@ class NaiveLoopAttention(nn.Module):
 
     def forward(self, x, cache=None):
         if cache is not None:
-            raise ValueError("attention=naive_loop has no KV-cache path: use decode=recompute")
+            raise ValueError("attention=naive_loop has no KV-cache path: use a decode path without a cache")
         y = torch.cat([h(x) for h in self.heads], dim=-1)
         return self.resid_dropout(self.c_proj(y))
 
