@@ -1,5 +1,5 @@
 """Launching a Triton kernel with little host work: these attention kernels take µs on the GPU,
-and on the H200 host Python's launch path took longer than that (notes_triton.md).
+and on the H200 host Python's launch path took longer than that (experiments/results/h200-2026-11-30/notes_triton.md).
 
 First call per tuning key: the autotuner picks a config (it times each, then launches the best).
 Later calls: that config. The first of those goes through the JIT, which compiles or finds the
