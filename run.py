@@ -4,7 +4,7 @@ import sys
 import hydra
 
 from transformerop.config import register
-from transformerop.jobs import run_job
+from transformerop.jobs import objective, run_job
 from transformerop.tracking import SweepSummary
 
 register()
@@ -12,7 +12,7 @@ register()
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg):
-    run_job(cfg)
+    return objective(run_job(cfg), cfg)  # a search's objective (search.objectives), else None
 
 
 if __name__ == "__main__":

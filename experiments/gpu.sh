@@ -52,6 +52,8 @@ case "$stage" in
       hydra.run.dir=outputs/gpu_ddp/2gpu 2>&1 | log
     $py -m transformerop.report outputs/gpu_ddp --no-wandb 2>&1 | log ;;
   pack)
+    cal="$($py -c 'import platformdirs; print(platformdirs.user_cache_dir("transformerop"))')/calibration"
+    mkdir -p outputs/calibration && cp "$cal"/*.json outputs/calibration/ 2>/dev/null
     tar czf "$out/gpu.tgz" --exclude='*.pt' --exclude=trace.json --exclude='media' \
       experiments/results outputs/calibration $(ls -d outputs/gpu_* 2>/dev/null) ;;
   *) echo "unknown stage $stage (calibrate | checks | validate | parity | speedrun | studies [NAME...] | ddp | pack)" >&2; exit 2 ;;

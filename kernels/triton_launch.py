@@ -11,6 +11,7 @@ triton-internal), it is switched off for the process with a warning, the JIT is 
 job's results.json records why (triton_launch_fallback).
 """
 import logging
+
 import torch
 
 log = logging.getLogger(__name__)

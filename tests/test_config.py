@@ -1,10 +1,9 @@
 """Every option of every config group composes; bad values fail at compose time naming the field."""
 
 import pytest
+from conftest import ROOT, make_cfg
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import OmegaConf
-
-from conftest import ROOT, make_cfg
 
 from transformerop.decode import PATHS
 from transformerop.model import BACKENDS

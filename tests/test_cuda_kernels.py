@@ -14,13 +14,19 @@ import time
 
 import pytest
 import torch
-
 from conftest import ROOT, make_cfg
+
 from kernels import cuda_build
 from kernels.cuda_softmax import VARIANTS, CudaSoftmax, kernel_for, softmax_backward, softmax_forward
 from transformerop.model.attention.base import BackendUnavailable, causal_mask
-from transformerop.model.attention.cuda import (MASK_ERROR, VERSIONS, CudaAttention, CudaAttentionFn,
-                                                attention_forward, reference_backward)
+from transformerop.model.attention.cuda import (
+    MASK_ERROR,
+    VERSIONS,
+    CudaAttention,
+    CudaAttentionFn,
+    attention_forward,
+    reference_backward,
+)
 
 FP32_TOL, BF16_TOL = 1e-4, 2e-2
 TOL = {torch.float32: FP32_TOL, torch.bfloat16: BF16_TOL}

@@ -2,8 +2,8 @@ import hashlib
 
 import pytest
 import torch
-
 from conftest import make_cfg, needs_shakespeare
+
 from transformerop.data import AdditionData, CharTokenizer, DataError, ShakespeareData
 from transformerop.data.addition import format_sum, split
 from transformerop.data.shakespeare import fetch
@@ -95,9 +95,9 @@ def test_sample_play_is_shipped_and_the_whole_split_is_scored_once():
     cfg = make_cfg(*SAMPLE)
     data = ShakespeareData(cfg.data, block_size=32, device=torch.device("cpu"))
     assert data.tokenizer.vocab_size > 40
-    for split in ("train", "val"):
-        n = len(data.splits[split])
-        scored = sum(int((y >= 0).sum()) for _, y in data.eval_batches(split, 7))
+    for name in ("train", "val"):
+        n = len(data.splits[name])
+        scored = sum(int((y >= 0).sum()) for _, y in data.eval_batches(name, 7))
         assert scored == n - 1  # every character after the first, once
-        last_x, last_y = list(data.eval_batches(split, 10**9))[0]
-        assert torch.equal(last_y[-1][-1:], data.splits[split][-1:])  # the tail window ends at the split's end
+        last_x, last_y = list(data.eval_batches(name, 10**9))[0]
+        assert torch.equal(last_y[-1][-1:], data.splits[name][-1:])  # the tail window ends at the split's end

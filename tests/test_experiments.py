@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import ROOT, run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from conftest import ROOT, run_cli
 from transformerop import report as R
 
 STUDIES = ("quality", "addition", "batched_heads", "softmax_kernels", "attention_kernels", "kv_cache_regime",

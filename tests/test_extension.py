@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pandas as pd
-
 from conftest import ROOT
+
 from transformerop.decode import PATHS
 from transformerop.model import BACKENDS
 

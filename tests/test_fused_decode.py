@@ -7,8 +7,8 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ROOT, make_cfg
+
 from transformerop.decode import Decoder, check
 from transformerop.model import BackendUnavailable, build_model
 

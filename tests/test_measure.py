@@ -11,17 +11,17 @@ import time
 
 import pytest
 import torch
+from conftest import ROOT, make_cfg, run_cli
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
-from conftest import ROOT, make_cfg, run_cli
 from transformerop.jobs import run_job
-from transformerop.measure import calibration, roofline as R
-from transformerop.model import get_backend
+from transformerop.measure import calibration
+from transformerop.measure import roofline as R
 from transformerop.measure.predict import compare, predict_train_step
 from transformerop.measure.timing import measure
-from transformerop.model import build_model, count_params
+from transformerop.model import build_model, count_params, get_backend
 from transformerop.tracking import read_results
 
 CPU = torch.device("cpu")

@@ -2,8 +2,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import make_cfg
+
 from transformerop.model import BACKENDS, build_model, count_params
 
 CPU_BACKENDS = ["naive_loop", "naive", "sdpa"]

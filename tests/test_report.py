@@ -7,8 +7,8 @@ import sys
 
 import pandas as pd
 import pytest
-
 from conftest import ROOT, run_cli
+
 from transformerop import report as R
 from transformerop.report import scorecard as S
 

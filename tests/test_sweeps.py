@@ -6,8 +6,8 @@ import sys
 import time
 
 import torch
-
 from conftest import FAST, ROOT, offline_runs, results, run_cli
+
 from transformerop.wandb_log import OfflineRun
 
 
@@ -105,9 +105,12 @@ def test_sigkill_then_resume_continues_curve_and_wandb_run(tmp_path):
     assert len(runs) == 2 and len({d.name.rsplit("-", 1)[1] for d in runs}) == 1  # same W&B run id resumed
     # every step results.json holds reached the W&B files (the killed process lost its unflushed tail,
     # the resumed one logs the checkpoint's curve again), and the printed sync line names both folders
-    logged = set()
+    logged, identity = set(), set()
     for d in runs:
-        logged |= set(OfflineRun(d).steps())
+        run = OfflineRun(d)
+        logged |= set(run.steps())
+        identity.add((run.run_id, run.name, run.group))
+    assert len(identity) == 1  # both folders are the same run: `wandb sync` uploads them as one
     assert {h["step"] for h in r["history"]} <= logged
     sync = next(line for line in p.stdout.splitlines() if line.startswith("upload with: wandb sync"))
     assert all(str(d) in sync for d in runs)

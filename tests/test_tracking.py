@@ -5,8 +5,8 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import FAST, ROOT, results, run_cli
+
 from transformerop import tracking
 from transformerop.wandb_log import OfflineRun, records, run_folders
 
@@ -109,3 +109,37 @@ def test_a_failed_attempt_never_replaces_an_ok_record(tmp_path):
     attempts = list((tmp_path / tracking.ATTEMPTS).glob("*-failed.json"))
     assert len(attempts) == 1 and json.loads(attempts[0].read_text())["error"]["message"] == "boom"
     assert kept["status"] == "failed"
+
+
+def test_train_run_files_hold_artifacts_console_and_name(tmp_path):
+    p = run_cli(*FAST, f"hydra.run.dir={tmp_path}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    folder = run_folders(tmp_path)[0]
+    run = OfflineRun(folder)
+    kinds = {a["type"]: a for a in run.artifacts}
+    assert kinds["model"]["files"] == ["best.pt"] and kinds["results"]["files"] == ["results.json"]
+    console = (folder / "files" / "output.log").read_text()
+    assert "held-out exact match" in console and "step 30:" in console  # what the console showed
+    assert run.name == "max_iters=30 eval_interval=15 eval_iters=2 progress=false"
+    assert run.job_type == "train" and "attention=sdpa" in run.tags
+
+
+def test_hparams_search_runs_trials_and_reports_the_best(tmp_path):
+    import pytest
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    sweep = tmp_path / "search"
+    p = run_cli("-m", "hparams_search=addition", "hydra.sweeper.n_trials=3",
+                "train.max_iters=choice(40,80)", "train.eval_interval=40", "train.eval_iters=2",
+                "data.n_test=100", "train.progress=false", "logger=none", f"hydra.sweep.dir={sweep}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    rs = [results(sweep / str(i)) for i in range(3)]
+    assert all(r["status"] == "ok" for r in rs)
+    import yaml
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    front = best["solutions"]
+    # every Pareto solution is one of the trials, with the values that trial's main returned
+    trials = {(r["metrics"]["exact_match"], r["wall_s"]) for r in rs}
+    assert front and all(tuple(s["values"]) in trials for s in front)
+    from transformerop.report import report
+    md = report([sweep], use_wandb=False)["md"].read_text()
+    assert "## Search: the Pareto front" in md and "| exact_match | wall_s | parameters |" in md

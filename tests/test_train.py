@@ -2,8 +2,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import FAST, make_cfg, results, run_cli
+
 from transformerop import checkpoint
 from transformerop.data import build_data
 from transformerop.model import build_model

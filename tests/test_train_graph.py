@@ -1,8 +1,8 @@
 """train.cuda_graph: the captured step trains like the eager one (GPU), and is refused cleanly on CPU."""
 import pytest
 import torch
-
 from conftest import FAST, make_cfg, results, run_cli
+
 from transformerop.data import build_data
 from transformerop.model import build_model
 from transformerop.train import Trainer
@@ -46,6 +46,7 @@ def test_graphed_step_keeps_dropout_and_the_eager_kernels(tmp_path, attention):
     step's kernels (dropout's included; the graph adds only the batch copies into its static
     buffers and the lr fills, <= 6) and its training losses follow the eager ones."""
     from conftest import SAMPLE
+
     from transformerop.measure.profiler import kernel_profile
     dev = torch.device("cuda")
     counts, losses = {}, {}

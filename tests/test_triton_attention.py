@@ -189,6 +189,7 @@ def test_registry_and_check():
 
 def test_explicit_mask_refused():
     from omegaconf import OmegaConf
+
     from transformerop.model.attention.triton import TritonAttention
     mcfg = OmegaConf.create({"n_embd": 64, "n_head": 2, "dropout": 0.0, "bias": True})
     attn = TritonAttention(mcfg, OmegaConf.create({"name": "triton"}))
@@ -243,6 +244,7 @@ def test_gpu_ieee_fp32():
 def test_gpu_every_config(dtype):
     """Each tuned config, forced, at a ragged shape: the autotuner may pick any of them."""
     import triton
+
     import kernels.triton_attention as ta
     run_case, failed, ran = _helpers()["run_case"], [], 0
     tol = BF16_TOL if dtype == "bfloat16" else TF32_TOL
@@ -309,6 +311,7 @@ def test_gpu_direct_launch_matches_jit():
 def test_gpu_training_tracks_sdpa():
     """60 steps of a small GPT (bf16 autocast) on a learnable pattern: triton's loss follows sdpa's."""
     from omegaconf import OmegaConf
+
     from transformerop.model import GPT
     mcfg = OmegaConf.create({"n_layer": 2, "n_head": 4, "n_embd": 128, "block_size": 64,
                              "dropout": 0.0, "bias": True})
@@ -319,7 +322,7 @@ def test_gpu_training_tracks_sdpa():
         torch.manual_seed(0)
         model = GPT(mcfg, OmegaConf.create({"name": name}), 65).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        for step in range(60):
+        for _ in range(60):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 _, loss = model(data[:, :-1], data[:, 1:])
             opt.zero_grad()
@@ -339,6 +342,7 @@ def test_gpu_timing_table():
     replay (GPU time only, warm L2). Run with -s to see the table; asserts correctness only."""
     import torch.nn.functional as F
     from triton.testing import do_bench, do_bench_cudagraph
+
     import kernels.triton_attention as ta
     h = _helpers()
     B, H, T, D = 64, 6, 256, 64
@@ -386,6 +390,7 @@ def test_triton_model_deep_copies_for_the_float64_reference():
     """The bench's correctness gate copies the model to float64 (copy.deepcopy): a backend must
     hold no module objects (the H200 run of attention_end_to_end failed on exactly this)."""
     from conftest import make_cfg
+
     from transformerop.measure.reference import float64_model
     from transformerop.model import build_model
     m = build_model(make_cfg("model.n_layer=1", "model.n_head=2", "model.n_embd=32", "model.block_size=16",

@@ -191,6 +191,13 @@ class SweepConfig:
 
 
 @dataclass
+class SearchConfig:
+    # what `main` returns to a hyper-parameter search (hparams_search=NAME, Optuna): these metrics of
+    # the job's results.json (or its wall_s), one value or a tuple, in the order of the search's directions
+    objectives: List[str] = field(default_factory=list)
+
+
+@dataclass
 class Config:
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -204,6 +211,7 @@ class Config:
     study: StudyConfig = field(default_factory=StudyConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
     device: str = "auto"  # auto: cuda, else mps, else cpu
     seed: int = 1337
     rerun: bool = False  # a relaunched sweep skips jobs whose results.json says ok unless true

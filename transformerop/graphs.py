@@ -24,9 +24,9 @@ class Captured:
 
 def capture(fn, warmup: int = WARMUP, reset=None, warm=None) -> Captured:
     """Warm up `warmup` times on a side stream (calling warm(), default fn), call reset() (undo
-    the warm-up's effects), then capture one fn() call. Autocast's weight-cast cache must be off inside a capture (a cached
-    cast would be a tensor made outside the graph): callers' autocast contexts pass
-    cache_enabled=False."""
+    the warm-up's effects), then capture one fn() call. Autocast's weight-cast cache must be off
+    inside a capture (a cached cast would be a tensor made outside the graph): callers' autocast
+    contexts pass cache_enabled=False."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

@@ -67,8 +67,9 @@ def child_command(overrides: list, job_dir: Path) -> list:
 
 
 def run_isolated(cfg, job_dir: Path, overrides: list, group: str, num: int) -> dict:
-    from .naming import NAME_ENV, run_name
     from hydra.core.hydra_config import HydraConfig
+
+    from .naming import NAME_ENV, run_name
 
     gpus = visible_gpus()
     lease = GPULease(gpus) if gpus else None
@@ -94,7 +95,8 @@ def run_isolated(cfg, job_dir: Path, overrides: list, group: str, num: int) -> d
         tracker.start()
         err = {"type": "ChildProcessError", "message": f"the job's process exited with code {code} without a "
                f"record (its output is above and in {job_dir / 'run.log'})", "traceback": ""}
-        from .runtime import env_info
         import torch
+
+        from .runtime import env_info
         return tracker.finish("failed", err, env_info(torch.device("cpu")))
     return record

@@ -66,10 +66,10 @@ class Preflight(Callback):
             validate(config)
         except UserError as e:
             sys.stderr.write(f"error: {one_line(e)}\n")
-            raise SystemExit(2)
+            raise SystemExit(2) from None
         except BackendUnavailable as e:
             sys.stderr.write(f"skipped: {one_line(e)}\n")
-            raise SystemExit(3)
+            raise SystemExit(3) from None
 
 
 def labels(cfg, device) -> dict:
@@ -168,12 +168,25 @@ def run_job(cfg) -> dict | None:
     if error:
         known = error["type"] in _known_errors()
         first = error["message"].splitlines()[0]
-        log.error(f"error: {first}" if known and not in_sweep else f"[{job_dir.name}] {status}: {error['type']}: {first}")
+        log.error(f"error: {first}" if known and not in_sweep
+                  else f"[{job_dir.name}] {status}: {error['type']}: {first}")
         if status == "failed" and (not known or show_traceback()):
             log.error(error["traceback"])
         if not in_sweep:
             raise SystemExit(1 if status == "failed" else 3)
     return record
+
+
+def objective(record: dict | None, cfg):
+    """What a hyper-parameter search optimizes (search.objectives), read from the job's record:
+    None (a failed trial) when the job did not finish ok or did not measure them."""
+    names = list(cfg.search.objectives)
+    if not names or not record or record.get("status") != "ok":
+        return None
+    values = [(record.get("metrics") or {}).get(n, record.get(n)) for n in names]
+    if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values):
+        return None
+    return float(values[0]) if len(values) == 1 else tuple(float(v) for v in values)
 
 
 def _known_errors() -> set:

@@ -135,6 +135,17 @@ class Tracker:
         if self.run is not None:
             self.run.save(str(path), base_path=str(self.job_dir), policy="now")
 
+    def artifact(self, kind: str, paths, metadata: dict | None = None) -> None:
+        """Files as one W&B artifact of type `kind` (offline: staged in the run files, uploaded by
+        `wandb sync`), named after the kind and the run so every job's stays its own."""
+        if self.run is None:
+            return
+        import wandb
+        art = wandb.Artifact(f"{kind}-{self.run.id}", type=kind, metadata=metadata or {})
+        for p in paths:
+            art.add_file(str(p))
+        self.run.log_artifact(art)
+
     def wandb_info(self) -> dict:
         if self.run is None:
             return {"mode": "off"}
@@ -178,10 +189,14 @@ class Tracker:
     def finish(self, status: str, error: dict | None, env: dict) -> dict:
         global _current
         record = self.record(status, error, env)
-        if self.main:
-            self._write(record)
+        written = self._write(record) if self.main else None
         if self.run is not None:
             import wandb
+            if written is not None:
+                self.artifact("results", [written])
+            best = self.job_dir / "best.pt"
+            if best.exists() and status == "ok":
+                self.artifact("model", [best], {k: self.metrics.get(k) for k in ("best_val_loss", "best_step")})
             if self.timings:
                 cols = sorted({k for row in self.timings.values() for k, v in row.items() if _scalar(v)})
                 self.run.log({"timings": wandb.Table(columns=["region", *cols],

@@ -1,6 +1,6 @@
 """Data sets: each exposes .tokenizer, .kind, .batch(split, B) on the device, .eval_batches()."""
-from .addition import AdditionData
 from ..errors import DataError
+from .addition import AdditionData
 from .shakespeare import ShakespeareData
 from .tokenizer import CharTokenizer
 

@@ -49,5 +49,5 @@ def check(cfg, device) -> None:
                          f"attention={cfg.attention.name} refuses: use a decode path without one (decode=kv_cache)")
 
 
-__all__ = ["PATHS", "REFERENCE", "get_path", "check", "Decoder", "generate", "timed_generation", "gumbel_noise", "sample_next",
-           "BackendUnavailable"]
+__all__ = ["PATHS", "REFERENCE", "get_path", "check", "Decoder", "generate", "timed_generation", "gumbel_noise",
+           "sample_next", "BackendUnavailable"]

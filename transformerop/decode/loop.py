@@ -34,6 +34,7 @@ WARMUP_STEPS = 3
 
 def _schema_defaults():
     from omegaconf import OmegaConf
+
     from ..config import DecodeConfig
     return OmegaConf.structured(DecodeConfig)
 

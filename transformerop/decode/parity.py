@@ -45,8 +45,8 @@ def parity(model, dec, prompt, n: int, dtype_name: str, seeded=None) -> dict:
            "parity_rel_logit_diff": rel, "parity_tolerance": tol, "parity_precision": check_precision(dtype_name,
                                                                                                   prompt.device)}
     if not rel <= tol:
-        raise Mismatch(f"decode={dec.path} differs from the reference path: relative logit difference {rel:.2e} exceeds "
-                       f"{tol:g} while the tokens agree ({agree}/{n} tokens)")
+        raise Mismatch(f"decode={dec.path} differs from the reference path: relative logit difference {rel:.2e} "
+                       f"exceeds {tol:g} while the tokens agree ({agree}/{n} tokens)")
     if dtype_name == "float32" and agree < n:
         b = int((tok[:, agree] != ref_tok[:, agree]).nonzero()[0])
         context = torch.cat([prompt[b:b + 1], ref_tok[b:b + 1, :agree]], dim=1)[:, -model.block_size:]

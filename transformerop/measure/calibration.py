@@ -1,10 +1,13 @@
 """This machine's ceilings: matmul FLOP/s per dtype, copy bandwidth, per-kernel launch cost
-(eager and inside a CUDA graph), and the host cost per kernel inside model code (op_*_us). `task=calibrate` measures them and stores them here, one JSON
-file per device name; predictions read them back. Where nothing was measured, labelled fallbacks
-fill in: datasheet peaks for known GPUs, a conservative guess for a CPU. Every value carries its
+(eager and inside a CUDA graph), and the host cost per kernel inside model code (op_*_us).
+`task=calibrate` measures them and stores them here, one JSON file per device name; predictions
+read them back. Where nothing was measured, labelled fallbacks fill in: datasheet peaks for known
+GPUs, a conservative guess for a CPU. Every value carries its
 source, and every prediction reports which one it used.
 
-Cache location: $TRANSFORMEROP_CALIBRATION_DIR, else <repo>/outputs/calibration/<device>.json.
+Cache location: $TRANSFORMEROP_CALIBRATION_DIR, else the user's cache directory
+(platformdirs: ~/.cache/transformerop/calibration/<device>.json on Linux) -- a property of the
+machine, shared by every checkout on it.
 """
 import json
 import os
@@ -13,9 +16,8 @@ import re
 import time
 from pathlib import Path
 
+import platformdirs
 import torch
-
-from .. import REPO_ROOT
 
 # launch_us: one bare eager op (the floor). op_train_us / op_infer_us: host time per kernel inside
 # model code -- module dispatch, autocast casts, autograd recording and the backward engine, AdamW
@@ -61,7 +63,8 @@ def _slug(name: str) -> str:
 
 
 def cache_path(device) -> Path:
-    root = os.environ.get("TRANSFORMEROP_CALIBRATION_DIR") or REPO_ROOT / "outputs" / "calibration"
+    root = os.environ.get("TRANSFORMEROP_CALIBRATION_DIR") or Path(platformdirs.user_cache_dir("transformerop")) / \
+        "calibration"
     return Path(root).expanduser() / f"{_slug(device_name(device))}.json"
 
 

@@ -8,7 +8,8 @@ measurement beside its prediction: ratio, flag, achieved FLOP/s and MFU against 
 """
 import torch
 
-from . import calibration, roofline as R
+from . import calibration
+from . import roofline as R
 
 
 def price(flops: float, bytes_: float, kernels: float, device, dtype_name: str, cal: dict,

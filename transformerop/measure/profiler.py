@@ -3,6 +3,7 @@ beside the wall time that measure() took. gpu_busy = kernel time / wall time say
 the region: near 1, the kernels (bandwidth, occupancy); far below, the gaps between them (host
 work, launches). Kernel time comes from a separate profiled run, warm (no L2 flush)."""
 import logging
+
 import torch
 from torch.profiler import ProfilerActivity, profile
 

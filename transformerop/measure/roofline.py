@@ -17,6 +17,7 @@ Conventions (C = n_embd, L = n_layer, H = n_head, V = vocab, T = context length)
 import math
 from dataclasses import dataclass
 
+
 @dataclass(frozen=True)
 class GPTShape:
     n_layer: int

@@ -16,11 +16,22 @@ import os
 from pathlib import Path
 
 from .goals import section
-from .render import display, fmt, markdown, to_markdown, val_curve
 from .render import chart as draw_chart
+from .render import display, fmt, markdown, search_section, to_markdown, val_curve
 from .scorecard import SCORE_END, SCORE_START
-from .table import (HIGHER, LOWER, METRICS, NOISE, ReportError, build, facts, load_records, parse_overrides,
-                    provenance, study_of)
+from .table import (
+    HIGHER,
+    LOWER,
+    METRICS,
+    NOISE,
+    ReportError,
+    build,
+    facts,
+    load_records,
+    parse_overrides,
+    provenance,
+    study_of,
+)
 
 log = logging.getLogger(__name__)
 __all__ = ["report", "build", "load_records", "main", "ReportError", "LOWER", "HIGHER", "METRICS", "NOISE",
@@ -76,6 +87,7 @@ def report(paths, use_wandb: bool = True, publish=None, allow_dirty: bool = Fals
     draw_chart(df, meta, records, files["png"], f"{f['study'] or out.name} on {f['device']}" + " (smoke)" * f["smoke"])
     df.to_csv(files["csv"], index=False)
     extra = section(next((study_of(r)["goals"] for r in records if study_of(r).get("goals")), []), df, records)
+    extra += search_section(out, df, records)
     files["md"].write_text(markdown(df, meta, f, files["png"].name, extra))
     if publish and f["study"]:
         pub = Path(publish)
@@ -88,8 +100,8 @@ def report(paths, use_wandb: bool = True, publish=None, allow_dirty: bool = Fals
 
 
 def main(argv=None) -> int:
-    from .scorecard import scorecard, update_readme
     from ..logs import setup_cli
+    from .scorecard import scorecard, update_readme
     setup_cli()
     p = argparse.ArgumentParser(prog="python -m transformerop.report", description=__doc__.splitlines()[0])
     p.add_argument("paths", nargs="*", help="sweep dirs (outputs/multirun/<stamp>), searched recursively")

@@ -10,7 +10,9 @@ miss misses.
 import math
 
 from .render import fmt
-from .table import HIGHER, LOWER, METRICS, holds as _holds, is_num as _num, parse_overrides
+from .table import HIGHER, LOWER, METRICS, parse_overrides
+from .table import holds as _holds
+from .table import is_num as _num
 
 
 def _direction(g, metric: str) -> str:

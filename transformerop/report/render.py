@@ -40,7 +40,7 @@ def display(df, meta) -> pd.DataFrame:
     for p in [""] if meta["single"] else [f"{n}_" for n in meta["regions"]]:
         t = p.replace("_", " ")
         none = [None] * len(df)  # a column a region never had
-        col = lambda k: df.get(f"{p}{k}", none)  # noqa: E731
+        col = lambda k, p=p, none=none: df.get(f"{p}{k}", none)  # noqa: E731
         out[f"{t}ms (p25-p75)"] = [f"{fmt(m)} ({fmt(a)}-{fmt(b)})" if is_num(m) else "" for m, a, b in
                                    zip(col("median_ms"), col("p25_ms"), col("p75_ms"))]
         out[f"{t}pred ms"] = [fmt(v) for v in col("predicted_ms")]
@@ -73,6 +73,32 @@ def markdown(df, meta, facts, image: str, extra=()) -> str:
     return "\n".join([f"# {f['study'] or 'Sweep'} report", "", "| | |", "|---|---|",
                       *[f"| {k} | {v} |" for k, v in head.items()], "", NOTE, "", to_markdown(display(df, meta)),
                       "", *extra, f"![chart]({image})", ""])
+
+
+def search_section(sweep_dir, df, records) -> list:
+    """A hyper-parameter search's outcome (the optimization_results.yaml Hydra's Optuna sweeper
+    writes): its best trial, or its Pareto front, with the job that ran each."""
+    from pathlib import Path
+
+    import yaml
+
+    from .table import norm, parse_overrides
+    path = Path(sweep_dir) / "optimization_results.yaml"
+    if not path.exists():
+        return []
+    res = yaml.safe_load(path.read_text()) or {}
+    solutions = res.get("solutions") or [{"params": res.get("best_params") or {}, "values": [res.get("best_value")]}]
+    objectives = ((records[0].get("config") or {}).get("search") or {}).get("objectives") or ["value"]
+    lines = ["## Search: " + ("the Pareto front" if len(solutions) > 1 or "solutions" in res else "the best trial"), "",
+             "| job | " + " | ".join(objectives) + " | parameters |", "|---|" + "---|" * (len(objectives) + 1)]
+    for sol in solutions:
+        params = sol.get("params") or {}
+        jobs = [r["_job"] for r in records
+                if all(norm(parse_overrides(r.get("overrides")).get(k)) == norm(v) for k, v in params.items())]
+        values = sol.get("values") or []
+        lines.append(f"| {', '.join(jobs) or '?'} | " + " | ".join(fmt(v, o) for v, o in zip(values, objectives))
+                     + " | " + " ".join(f"{k}={fmt(v)}" for k, v in params.items()) + " |")
+    return lines + [""]
 
 
 # -- chart -----------------------------------------------------------------------------------------
@@ -176,7 +202,8 @@ def chart(df, meta, records, path, title: str) -> None:
         unit = "ms (median, p25-p75)" if col.endswith("median_ms") else col
         groups = [("", ok)] if not rest else list(ok.groupby([ok[k].astype(str) for k in rest], sort=False))
         for key, d in groups:
-            where = " ".join(f"{k}={v}" for k, v in zip(rest, key if isinstance(key, tuple) else (key,))) if rest else ""
+            values = key if isinstance(key, tuple) else (key,)
+            where = " ".join(f"{k}={v}" for k, v in zip(rest, values)) if rest else ""
             name = (prefix.rstrip("_") or (d["region"].iloc[0] if "region" in d and len(d) else col)) + (
                 f" ({where})" if where else "")
             panels.append(lambda ax, d=d, p=prefix, c=col, n=name, u=unit: _grouped(ax, d, c, p, colour, x, n, u))

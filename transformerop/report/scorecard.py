@@ -42,7 +42,8 @@ def _verdict(entries, within: bool) -> str:
         return "no ok rows to compare"
     best, worst = max(entries, key=lambda e: e[1]), min(entries, key=lambda e: e[1])
     if within:
-        return f"syncs inflate the step by up to {best[1] - 1:.0%}" if best[1] >= 1 + NOISE else "no distortion beyond 5%"
+        return (f"syncs inflate the step by up to {best[1] - 1:.0%}" if best[1] >= 1 + NOISE
+                else "no distortion beyond 5%")
     wins, losses = best[1] >= 1 + NOISE, worst[1] <= 1 - NOISE
     if wins:
         return (f"depends: best {best[0]} {best[1]:.2f}x, worst {worst[0]} {worst[1]:.2f}x" if losses

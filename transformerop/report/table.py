@@ -259,7 +259,8 @@ def facts(records, meta, paths) -> dict:
                                          for k in meta["swept"]]
     devices = sorted({(r.get("env") or {}).get("device_name") for r in records} - {None})
     prov = provenance(records)
-    return {"study": study.get("name") or "", "smoke": bool(study.get("smoke")), "baseline": study.get("baseline") or "",
+    return {"study": study.get("name") or "", "smoke": bool(study.get("smoke")),
+            "baseline": study.get("baseline") or "",
             "command": " ".join(["python run.py -m", *(f"{k}={v}" for k, v in meta["common"].items()), *axes]),
             "device": ", ".join(devices) or "unknown", "cuda": env.get("cuda"), "torch": env.get("torch"),
             "triton": env.get("triton"), "code": prov["text"], "clean": prov["clean"], "commits": prov["commits"],

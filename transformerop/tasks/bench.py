@@ -111,7 +111,7 @@ def run(cfg) -> dict:
             row["tokens"], row["tok_per_s"] = case.tokens, case.tokens / (stats["median_ms"] / 1e3)
         log.info(flag_line(case.name, row))
         if cfg.bench.profile and device.type == "cuda":  # kernel time per call beside the wall time
-            row.update(profile_beside(lambda: [case.fn() for _ in range(PROFILE_CALLS)], PROFILE_CALLS,
+            row.update(profile_beside(lambda fn=case.fn: [fn() for _ in range(PROFILE_CALLS)], PROFILE_CALLS,
                                       stats["median_ms"], "call", tracker, f"{case.name}_kernels"))
         tracker.timing(case.name, row)
         _print_memory(row)

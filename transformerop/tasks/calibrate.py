@@ -13,15 +13,16 @@
 Each measurement is written down beside what the fallback (datasheet/typical/guess) predicted.
 CPU: TF32 and CUDA graphs do not exist; they are marked n/a and keep their labelled fallbacks.
 """
-import logging
 import copy
+import logging
 
 import torch
 
 from .. import tracking
 from ..data import build_data
 from ..graphs import capture
-from ..measure import calibration, roofline as R
+from ..measure import calibration
+from ..measure import roofline as R
 from ..measure.predict import compare
 from ..measure.reference import Mismatch, expect_close
 from ..measure.timing import measure

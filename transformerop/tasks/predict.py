@@ -3,10 +3,12 @@ can plan a run. Columns: this machine (calibrated ceilings when task=calibrate h
 else the labelled fallback) and every GPU in the datasheet table. Rows: parameters and memory,
 FLOPs and bytes per train step, roofline and launch-bound times, one decode token."""
 import logging
+
 import torch
 
 from ..data import build_data
-from ..measure import calibration, roofline as R
+from ..measure import calibration
+from ..measure import roofline as R
 from ..measure.predict import predict_train_step, price
 from ..model import get_backend
 from ..runtime import pick_device
@@ -32,7 +34,8 @@ def run(cfg) -> dict:
     B = t.batch_size
 
     columns = [(f"this machine ({calibration.device_name(local)})", local, calibration.load(local))]
-    columns += [(f"{part} (datasheet)", torch.device("cuda"), calibration.datasheet(part)) for part in calibration.DATASHEET]
+    columns += [(f"{part} (datasheet)", torch.device("cuda"), calibration.datasheet(part))
+                for part in calibration.DATASHEET]
     preds = [(name, dev, cal, predict_train_step(cfg, V, dev, seq_len=T, ceilings=cal),
               _decode_token(s, cal, dev, t.dtype)) for name, dev, cal in columns]
 
@@ -41,7 +44,8 @@ def run(cfg) -> dict:
     mem = R.param_memory(s)
     log.info(f"\n== napkin: model={cfg.model.name} L={s.n_layer} H={s.n_head} C={s.n_embd} V={V} block={s.block_size} "
           f"attention={cfg.attention.name} | train B={B} x T={T} x accum {t.grad_accum}, dtype={t.dtype} ==")
-    log.info("conventions: 2 FLOPs/MAC; train = 3 x forward = 6 N_mm + 12 L T C; fp32 weights + grads + AdamW = 16 B/param")
+    log.info("conventions: 2 FLOPs/MAC; train = 3 x forward = 6 N_mm + 12 L T C; "
+             "fp32 weights + grads + AdamW = 16 B/param")
     model_rows = [
         ("parameters", f"{R.param_count(s):,}"), ("matmul parameters N_mm", f"{R.matmul_params(s):,}"),
         ("weights / grads / AdamW", f"{_mib(mem['weights'])} / {_mib(mem['grads'])} / {_mib(mem['optimizer'])}"),
@@ -65,7 +69,8 @@ def run(cfg) -> dict:
         ("peak used (TFLOP/s)", lambda p, d, c: f"{p['peak_flops'] / 1e12:.3g} {p['peak_key'][6:]}"),
         ("bandwidth (GB/s)", lambda p, d, c: f"{p['bandwidth'] / 1e9:.4g}"),
         ("ridge point (FLOP/B)", lambda p, d, c: f"{p['peak_flops'] / p['bandwidth']:.0f}"),
-        ("compute / memory / launch ms", lambda p, d, c: f"{p['compute_ms']:.3g}/{p['memory_ms']:.3g}/{p['launch_ms']:.3g}"),
+        ("compute / memory / launch ms",
+         lambda p, d, c: f"{p['compute_ms']:.3g}/{p['memory_ms']:.3g}/{p['launch_ms']:.3g}"),
         ("predicted step ms (bound)", lambda p, d, c: f"{p['predicted_ms']:.3g} ({p['bound']})"),
         ("predicted tok/s", lambda p, d, c: f"{p['tokens'] / p['predicted_ms'] * 1e3:,.0f}"),
         ("decode token ms, B=1, full ctx", lambda p, d, c: f"{d['ms']:.3g} ({d['bound']})"),
@@ -78,7 +83,7 @@ def run(cfg) -> dict:
                "kernels_per_step": p0["kernels"], "predicted_step_ms": p0["predicted_ms"], "bound": p0["bound"],
                "ceilings_source": p0["ceilings"], "decode_token_ms": preds[0][4]["ms"],
                **{k: v for k, v in p0.items() if k.startswith("mem_")}}
-    for name, _, cal, p, d in preds[1:]:
+    for _, _, cal, p, d in preds[1:]:
         part = cal["device_name"].lower()
         metrics[f"{part}_step_ms"], metrics[f"{part}_decode_token_ms"] = p["predicted_ms"], d["ms"]
     return metrics

@@ -13,7 +13,7 @@
    and on CUDA the kernel count per step beside the launch-term estimate.
 """
 import logging
-import torch
+
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from .. import tracking
@@ -45,7 +45,7 @@ class Phases:
 
     def __init__(self, trainer, data):
         self.tr, self.data, self.loss = trainer, data, None
-        set_lr(trainer.opt, lr_at(trainer.t.warmup_iters, trainer.t))  # a steady-state lr (in place: a tensor stays one)
+        set_lr(trainer.opt, lr_at(trainer.t.warmup_iters, trainer.t))  # steady state (in place: a tensor stays one)
 
     def forward(self):
         self.loss = self.tr.forward(*self.tr.next_batch())
@@ -165,9 +165,11 @@ def run(cfg) -> dict:
 
 
 def _print(phases, ops, kernels, pred, trace) -> None:
-    log.info(f"\n{'phase':<10} {'one sync ms':>12} {'per-phase sync ms':>18} {'ratio':>7} {'share':>7} {'step x if 2x':>13}")
+    log.info(f"\n{'phase':<10} {'one sync ms':>12} {'per-phase sync ms':>18} {'ratio':>7} {'share':>7} "
+             f"{'step x if 2x':>13}")
     for name, a, s, r, share, amd in phases:
-        log.info(f"{name:<10} {a:>12.3f} {s:>18.3f} {r if r is not None else float('nan'):>7.2f} {share:>7.1%} {amd:>13.2f}")
+        ratio = r if r is not None else float("nan")
+        log.info(f"{name:<10} {a:>12.3f} {s:>18.3f} {ratio:>7.2f} {share:>7.1%} {amd:>13.2f}")
     log.info(f"\n{'top ops (self time)':<60} {'ms/step':>9} {'count/step':>11} {'% step':>7}")
     for name, ms, count, pct in ops:
         log.info(f"{name[:60]:<60} {ms:>9.3f} {count:>11.1f} {pct:>7.1f}")

@@ -49,8 +49,8 @@ def run(cfg) -> dict:
         raise ValueError(str(e)) from None  # recorded as failed with the one-line reason
     table = out["table"]
     tracker.table("report", list(table.columns), table.values.tolist())
-    for f in (out["md"], out["png"]):  # W&B saves files from inside the job dir only
-        tracker.file(shutil.copy(f, tracker.job_dir / f.name))
+    copies = [shutil.copy(f, tracker.job_dir / f.name) for f in (out["md"], out["csv"], out["png"])]
+    tracker.artifact("report", copies)  # W&B stages files from inside the job dir only
     log.info(f"report of {' '.join(map(str, paths))}: {out['md']}, {out['csv']}, {out['png']}")
     return {"report_jobs": len(out["df"]), **{f"report_{k}": v for k, v in out["facts"]["counts"].items()},
             "report_md": str(out["md"])}

@@ -9,11 +9,11 @@ from hydra.core.hydra_config import HydraConfig
 from .. import clock, distributed, tracking
 from ..data import build_data
 from ..decode import generate
-from ..model import build_model, count_params
-from ..runtime import peak_memory_bytes, pick_device, reset_peak_memory, seed_everything
 from ..measure.predict import flag_line, judge, predict_train_step
 from ..measure.profiler import profile_beside
 from ..measure.timing import summarize
+from ..model import build_model, count_params
+from ..runtime import peak_memory_bytes, pick_device, reset_peak_memory, seed_everything
 from ..train import LOG_EVERY, Trainer
 
 log = logging.getLogger(__name__)
@@ -150,8 +150,9 @@ def _print_summary(cfg, m, samples, tracker):
              + (f" | bits/char {m['bits_per_char']:.3f}" if "bits_per_char" in m else "")]
     p = clock.prefix()
     if f"{p}time_to_target_s" in m:
-        lines.append(f"target val_loss <= {cfg.train.target_loss} (whole val split) reached at step {m['target_step']}"
-                     f" after {m[p + 'time_to_target_s']:.2f} s " + ("from launch" if not p else "from the job's start"))
+        lines.append(f"target val_loss <= {cfg.train.target_loss} (whole val split) reached at step "
+                     f"{m['target_step']} after {m[p + 'time_to_target_s']:.2f} s "
+                     + ("from launch" if not p else "from the job's start"))
     lines += [f"sample: {s if cfg.data.name == 'addition' else s[:300]}" for s in samples[:4]]
     lines.append(f"results: {tracker.job_dir / tracking.RESULTS}")
     w = tracker.wandb_info()

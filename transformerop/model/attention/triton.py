@@ -75,8 +75,8 @@ def _check_interpretable(cfg) -> None:
         raise BackendUnavailable("attention=triton in bf16 needs a GPU: the Triton interpreter (TRITON_INTERPRET=1) "
                                  "computes bf16 dots wrongly; use train.dtype=float32 there")
     if cfg.task.name == "validate":
-        raise BackendUnavailable("attention=triton under TRITON_INTERPRET=1 is checked by tests/test_triton_attention.py "
-                                 "at small shapes; task=validate's seed shape would take hours there")
+        raise BackendUnavailable("attention=triton under TRITON_INTERPRET=1 is checked by "
+                                 "tests/test_triton_attention.py at small shapes; task=validate's would take hours")
     m, t = cfg.model, cfg.train
     if cfg.task.name not in ("train", "generate") or getattr(cfg.generate, "checkpoint", None) or m.n_layer == 0:
         return
