@@ -7,8 +7,10 @@
 #   checks             kernel build (cold, then warm), every GPU test, task=validate
 #   validate           task=validate alone
 #   parity             Shakespeare through triton vs sdpa, same steps
-#   speedrun           the study's best settings as a user runs them (one fresh process, W&B on),
-#                      then its lever sweep (each job a fresh process)
+#   speedrun [best]    the study's best settings as a user runs them (one fresh process, W&B on),
+#                      then (unless `best`) its lever sweep (each job a fresh process)
+#   search [N]         the speedrun's Optuna search (hparams_search=speedrun, N trials; the `search`
+#                      extra's wheels carried in .whl/, installed into /tmp/site first)
 #   studies [NAME...]  each study's sweep (logger=none), its report published to experiments/results
 #   ddp                the same per-GPU batch on 1 GPU and on 2 GPUs (torchrun, NCCL)
 #   pack               sweep records + experiments/results into $OUT/gpu.tgz, to bring back
@@ -32,7 +34,10 @@ case "$stage" in
     $py run.py task=validate logger=none hydra.run.dir=outputs/gpu_validate 2>&1 | log ;;
   speedrun)
     $py run.py experiment=speedrun train.progress=false hydra.run.dir=outputs/gpu_speedrun_best 2>&1 | log
-    $py run.py -m experiment=speedrun train.progress=false hydra.sweep.dir=outputs/gpu_speedrun 2>&1 | log ;;
+    [ "${1:-}" = best ] || $py run.py -m experiment=speedrun train.progress=false hydra.sweep.dir=outputs/gpu_speedrun 2>&1 | log ;;
+  search)
+    $py run.py -m experiment=speedrun hparams_search=speedrun hydra.sweeper.n_trials="${1:-6}" train.progress=false \
+      hydra.sweep.dir=outputs/gpu_speedrun_search 2>&1 | log ;;
   parity)  # the seed GPT as configured (dropout 0.2, fused into the triton kernels too)
     $py run.py -m data=shakespeare model=gpt attention=sdpa,triton train.dtype=bfloat16 train.max_iters=2000 \
       train.progress=false logger=none hydra.sweep.dir=outputs/gpu_parity 2>&1 | log
@@ -56,5 +61,5 @@ case "$stage" in
     mkdir -p outputs/calibration && cp "$cal"/*.json outputs/calibration/ 2>/dev/null
     tar czf "$out/gpu.tgz" --exclude='*.pt' --exclude=trace.json --exclude='media' \
       experiments/results outputs/calibration $(ls -d outputs/gpu_* 2>/dev/null) ;;
-  *) echo "unknown stage $stage (calibrate | checks | validate | parity | speedrun | studies [NAME...] | ddp | pack)" >&2; exit 2 ;;
+  *) echo "unknown stage $stage (calibrate | checks | validate | parity | speedrun | search [N] | studies [NAME...] | ddp | pack)" >&2; exit 2 ;;
 esac

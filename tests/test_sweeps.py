@@ -109,8 +109,9 @@ def test_sigkill_then_resume_continues_curve_and_wandb_run(tmp_path):
     for d in runs:
         run = OfflineRun(d)
         logged |= set(run.steps())
-        identity.add((run.run_id, run.name, run.group))
-    assert len(identity) == 1  # both folders are the same run: `wandb sync` uploads them as one
+        if run.run_id is not None:  # the killed process may have flushed no record past the header
+            identity.add((run.run_id, run.group))
+    assert len(identity) == 1  # every folder is the same run: `wandb sync` uploads them as one
     assert {h["step"] for h in r["history"]} <= logged
     sync = next(line for line in p.stdout.splitlines() if line.startswith("upload with: wandb sync"))
     assert all(str(d) in sync for d in runs)
