@@ -107,6 +107,7 @@ def run(cfg) -> dict:
             ok = worst_f <= tol and worst_b <= tol
             rows.append([label, dtype_name, f"{worst_f:.2e}", f"{worst_b:.2e}", f"{tol:g}", str(worst_shape),
                          "pass" if ok else "FAIL"])
+            log.info(f"{label} {dtype_name}: {rows[-1][-1]} (fwd {worst_f:.2e}, bwd {worst_b:.2e}, tolerance {tol:g})")
     rows += _decode_rows(cfg, device)
     n_fail = sum(r[-1] == "FAIL" for r in rows)
     cols = ["backend", "dtype", "fwd max rel err", "bwd max rel err", "tolerance", "worst shape", "result"]
