@@ -106,11 +106,22 @@ def is_num(v) -> bool:
 
 
 def row_of(r) -> dict:
-    """The job's flat row: as the job wrote it, or made the same way for older records."""
+    """The job's flat row: as the job wrote it, or made the same way for older records (their
+    precision label asked of the backend class the config names, as the job would have)."""
     row = dict(r.get("row") or flat_row(r.get("metrics") or {}, r.get("timings") or {}))
     for old, new in LEGACY.get(r.get("task"), {}).items():
         if old in row and new not in row:
             row[new] = row.pop(old)
+    cfg = r.get("config") or {}
+    if "precision" not in row and (cfg.get("attention") or {}).get("name") and cfg.get("train"):
+        from omegaconf import OmegaConf
+        from ..model import get_backend
+        try:
+            device = (r.get("env") or {}).get("device") or "cpu"
+            row["precision"] = get_backend(cfg["attention"]["name"]).precision(
+                cfg["train"]["dtype"], OmegaConf.create(cfg["attention"]), device.split(":")[0])
+        except (ValueError, KeyError, ImportError):
+            pass
     return row
 
 
