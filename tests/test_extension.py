@@ -69,7 +69,7 @@ def test_a_backend_and_a_decode_path_in_one_file_each(tmp_path):
     (repo / "transformerop/decode/static_twice.py").write_text(PATH)
     _registry_line(repo / "transformerop/model/attention/__init__.py", "BACKENDS = {",
                    '    "thin_sdpa": "transformerop.model.attention.thin_sdpa:ThinSDPA",\n')
-    _registry_line(repo / "transformerop/decode/__init__.py", "PATHS = {",
+    _registry_line(repo / "transformerop/decode/registry.py", "PATHS = {",
                    '    "static_twice": "transformerop.decode.static_twice:StaticTwice",\n')
 
     def run(*args):
@@ -103,7 +103,7 @@ def test_a_backend_and_a_decode_path_in_one_file_each(tmp_path):
     after = _files(repo)
     changed = {f for f in before if after.get(f) != before[f]} | (set(after) - set(before))
     assert changed == {"transformerop/model/attention/thin_sdpa.py", "transformerop/decode/static_twice.py",
-                       "transformerop/model/attention/__init__.py", "transformerop/decode/__init__.py"}, changed
+                       "transformerop/model/attention/__init__.py", "transformerop/decode/registry.py"}, changed
 
 
 def test_no_variant_name_outside_its_own_file_and_registry():
@@ -111,7 +111,7 @@ def test_no_variant_name_outside_its_own_file_and_registry():
     a device and a package: for them only an option-like use counts.)"""
     own = {n: f"transformerop/model/attention/{p.split(':')[0].rsplit('.', 1)[1]}.py" for n, p in BACKENDS.items()}
     own.update({n: f"transformerop/decode/{p.split(':')[0].rsplit('.', 1)[1]}.py" for n, p in PATHS.items()})
-    registries = {"transformerop/model/attention/__init__.py", "transformerop/decode/__init__.py"}
+    registries = {"transformerop/model/attention/__init__.py", "transformerop/decode/registry.py"}
     found = []
     for f in sorted([*ROOT.glob("transformerop/**/*.py"), *ROOT.glob("kernels/**/*.py"), ROOT / "run.py"]):
         rel = f.relative_to(ROOT).as_posix()
@@ -124,3 +124,35 @@ def test_no_variant_name_outside_its_own_file_and_registry():
                 pats.append(rf"[\"']{name}[\"']")
             found += [f"{rel}: {name}" for p in pats if re.search(p, text)]
     assert not found, found
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    """Module-level and function-level imports alike, over transformerop/ and kernels/."""
+    import ast
+    files = [*ROOT.glob("transformerop/**/*.py"), *ROOT.glob("kernels/*.py")]
+    mods = {".".join(f.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): f for f in files}
+
+    def targets(cur, node):
+        if isinstance(node, ast.ImportFrom):
+            base = cur.split(".")[: None if mods[cur].name == "__init__.py" else -1]
+            if node.level > 1:
+                base = base[: len(base) - (node.level - 1)]
+            pkg = ".".join(base + [node.module] if node.module else base) if node.level else node.module or ""
+            names = [pkg] + [f"{pkg}.{a.name}" for a in node.names]
+        else:
+            names = [a.name for a in node.names]
+        return {n for n in names if n in mods and n != cur}
+
+    graph = {m: set().union(*[targets(m, n) for n in ast.walk(ast.parse(f.read_text()))
+                              if isinstance(n, (ast.Import, ast.ImportFrom))]) for m, f in mods.items()}
+    cycles = []
+
+    def walk(start, node, path):
+        for nxt in graph[node]:
+            if nxt == start:
+                cycles.append(path)
+            elif nxt not in path:
+                walk(start, nxt, path + [nxt])
+    for m in graph:
+        walk(m, m, [m])
+    assert not cycles, cycles[:3]

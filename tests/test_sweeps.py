@@ -115,3 +115,26 @@ def test_sigkill_then_resume_continues_curve_and_wandb_run(tmp_path):
     assert {h["step"] for h in r["history"]} <= logged
     sync = next(line for line in p.stdout.splitlines() if line.startswith("upload with: wandb sync"))
     assert all(str(d) in sync for d in runs)
+
+
+def test_gpu_pool_gives_each_job_its_own_gpu(tmp_path, monkeypatch):
+    """The pool's leases (isolate.py): two jobs never hold one GPU; a third waits for a free one."""
+    import threading
+
+    from transformerop import isolate
+    monkeypatch.setattr(isolate, "POOL_DIR", tmp_path / "pool")
+    gpus = ["3", "5"]
+    a, b = isolate.GPULease(gpus, poll_s=0.01), isolate.GPULease(gpus, poll_s=0.01)
+    assert {a.gpu, b.gpu} == {"3", "5"}
+    got = {}
+    waiter = threading.Thread(target=lambda: got.setdefault("c", isolate.GPULease(gpus, poll_s=0.01)))
+    waiter.start()
+    time.sleep(0.3)
+    assert "c" not in got  # both GPUs are held: the third job waits
+    a.close()
+    waiter.join(timeout=10)
+    assert got["c"].gpu == a.gpu  # it takes the one released
+    got["c"].close()
+    b.close()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,7")
+    assert isolate.visible_gpus() == ["2", "7"]  # a launcher's own GPUs are the pool

@@ -1,34 +1,17 @@
 """Decode paths: prompt prefill, then one token at a time, sampled on the device.
 
-One path = one module here + one line in PATHS. A path is a class (decode/base.py: DecodePath)
-that says how a window is prefilled and how one new token goes through the model, and declares
+One path = one module here + one line in PATHS (decode/registry.py). A path is a class
+(decode/base.py: DecodePath) that says how a window is prefilled and how one new token goes
+through the model, and declares
 what the rest of the tool needs to know: whether it keeps a KV cache, attends under an explicit
 mask, replays a captured CUDA graph or compiles its step, what it needs to run, and how many
 kernels one token costs (the prediction's launch term). The loop that drives every path, the
 window rule past block_size and the sampling live in decode/loop.py.
 """
-import importlib
-
 from ..errors import BackendUnavailable
 from .loop import Decoder, generate, timed_generation
+from .registry import PATHS, REFERENCE, get_path
 from .sampling import gumbel_noise, sample_next
-
-PATHS = {
-    "recompute": "transformerop.decode.recompute:Recompute",
-    "kv_cache": "transformerop.decode.kv_cache:KVCache",
-    "static": "transformerop.decode.static:Static",
-    "static_graph": "transformerop.decode.static_graph:StaticGraph",
-    "compiled": "transformerop.decode.compiled:Compiled",
-    "fused": "transformerop.decode.fused:Fused",
-}
-REFERENCE = "recompute"  # the path every other is checked against (decode/parity.py), and the default
-
-
-def get_path(name: str):
-    if name not in PATHS:
-        raise ValueError(f"decode.name={name!r}: choose one of {list(PATHS)}")
-    module, cls = PATHS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
 
 
 def check(cfg, device) -> None:
@@ -43,10 +26,10 @@ def check(cfg, device) -> None:
     backend = get_backend(cfg.attention.name)
     if not backend.supports_cache:
         raise ValueError(f"attention={cfg.attention.name} cannot attend against a KV cache (decode="
-                         f"{cfg.decode.name}): use decode=recompute, or an attention backend that supports a cache")
+                         f"{cfg.decode.name}): use decode={REFERENCE}, or an attention backend that supports a cache")
     if path.masked and not backend.accepts_mask:
         raise ValueError(f"decode={cfg.decode.name} attends over a preallocated cache under an explicit mask, which "
-                         f"attention={cfg.attention.name} refuses: use a decode path without one (decode=kv_cache)")
+                         f"attention={cfg.attention.name} refuses: use a decode path without one")
 
 
 __all__ = ["PATHS", "REFERENCE", "get_path", "check", "Decoder", "generate", "timed_generation", "gumbel_noise",

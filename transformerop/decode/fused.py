@@ -21,6 +21,11 @@ class Fused(Static):
         super().__init__(model, batch_size, dcfg)
         from kernels import triton_decode  # Triton loads only when this path is chosen
         self.kern = triton_decode
+        if dcfg is None:  # the one default: the schema's
+            from omegaconf import OmegaConf
+
+            from ..config import DecodeConfig
+            dcfg = OmegaConf.structured(DecodeConfig)
         self.tiles = {"block_n": dcfg.block_n, "block_k": dcfg.block_k}
         C, dt, dev = model.cfg.n_embd, next(model.parameters()).dtype, model_device(model)
         self.x = torch.zeros(batch_size, C, device=dev, dtype=dt)  # the residual stream

@@ -27,16 +27,10 @@ from ..graphs import capture
 from ..measure.timing import measure
 from ..runtime import sync
 from .base import model_device
+from .registry import REFERENCE, get_path
 from .sampling import sample_next
 
 WARMUP_STEPS = 3
-
-
-def _schema_defaults():
-    from omegaconf import OmegaConf
-
-    from ..config import DecodeConfig
-    return OmegaConf.structured(DecodeConfig)
 
 
 class Decoder:
@@ -47,14 +41,12 @@ class Decoder:
 
     def __init__(self, model, path: str, batch_size: int, total_len: int, temperature: float = 1.0,
                  top_k=None, keep=None, dcfg=None):
-        from . import get_path
-        dcfg = dcfg if dcfg is not None else _schema_defaults()
         cls = get_path(path)
         device = model_device(model)
         self.model, self.path, self.B, self.total = model, path, batch_size, total_len
         self.temperature, self.top_k = temperature, top_k
         self.W = model.block_size
-        self.keep = keep or dcfg.keep or max(1, self.W // 2)
+        self.keep = keep or getattr(dcfg, "keep", None) or max(1, self.W // 2)
         if not 1 <= self.keep <= self.W:
             raise ValueError(f"decode.keep={self.keep} must be in [1, block_size={self.W}]")
         self.out = torch.zeros(batch_size, total_len, dtype=torch.long, device=device)
@@ -147,7 +139,6 @@ def generate(model, idx, max_new_tokens: int, temperature: float = 1.0, top_k=No
              generator=None, keep=None, dcfg=None):
     """Append max_new_tokens to idx (B, T0) along `path` (default: the reference path); see the
     module docstring for the window rule."""
-    from . import REFERENCE
     path = path or REFERENCE
     was_training = model.training
     model.eval()

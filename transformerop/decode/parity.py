@@ -31,8 +31,8 @@ def _near_tie(model, context, token, ref_token, temperature: float, noise) -> fl
 
 def parity(model, dec, prompt, n: int, dtype_name: str, seeded=None) -> dict:
     """dec (a Decoder on `model`) against a recompute Decoder of the same shape and sampling."""
-    from . import REFERENCE
     from .loop import Decoder
+    from .registry import REFERENCE
     ref = Decoder(model, REFERENCE, dec.B, dec.total, dec.temperature, dec.top_k, dec.keep)
     (ref_tok, ref_log), (tok, log) = _run(ref, prompt, n, seeded), _run(dec, prompt, n, seeded)
     same = (tok == ref_tok).all(0).tolist()

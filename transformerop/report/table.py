@@ -115,6 +115,7 @@ def row_of(r) -> dict:
     cfg = r.get("config") or {}
     if "precision" not in row and (cfg.get("attention") or {}).get("name") and cfg.get("train"):
         from omegaconf import OmegaConf
+
         from ..model import get_backend
         try:
             device = (r.get("env") or {}).get("device") or "cpu"
