@@ -83,10 +83,6 @@ def labels(cfg, device) -> dict:
         return {"precision": "unknown", "attention_backward": "unknown"}
 
 
-def _attention_backward(cfg) -> str:
-    return labels(cfg, "cpu")["attention_backward"]
-
-
 def _launch_fallbacks() -> dict:
     """A Triton kernel that had to fall back from its direct launch to the JIT says so here."""
     launch = sys.modules.get("kernels.triton_launch")
@@ -97,7 +93,7 @@ def _launch_fallbacks() -> dict:
 def _tags(cfg, choices) -> list:
     tags = [f"attention={cfg.attention.name}", f"decode={cfg.decode.name}", f"dtype={cfg.train.dtype}",
             f"task={cfg.task.name}", f"model={choices.get('model', cfg.model.name)}",
-            f"attention_backward={_attention_backward(cfg)}"]
+            f"attention_backward={labels(cfg, 'cpu')['attention_backward']}"]
     exp = choices.get("experiment") or cfg.study.name
     if exp:
         tags.append(f"experiment={exp}")
@@ -146,7 +142,7 @@ def run_job(cfg) -> dict | None:
         return tracker.finish(status, _error(e), env_info(torch.device("cpu")))
     clock.mark("checks")
 
-    status, error, device = "ok", None, None
+    status, error, device, known = "ok", None, None, False
     try:
         device = distributed.init(pick_device(cfg.device))
         tracker.start()
@@ -157,7 +153,7 @@ def run_job(cfg) -> dict | None:
     except BackendUnavailable as e:
         status, error = "skipped", _error(e)
     except Exception as e:  # recorded, and the sweep goes on
-        status, error = "failed", _error(e)
+        status, error, known = "failed", _error(e), isinstance(e, UserError)
         if isinstance(e, torch.OutOfMemoryError):
             gc.collect()
             torch.cuda.empty_cache()
@@ -166,7 +162,6 @@ def run_job(cfg) -> dict | None:
     record = tracker.finish(status, error, env_info(device or torch.device("cpu")))
     distributed.shutdown()
     if error:
-        known = error["type"] in _known_errors()
         first = error["message"].splitlines()[0]
         log.error(f"error: {first}" if known and not in_sweep
                   else f"[{job_dir.name}] {status}: {error['type']}: {first}")
@@ -187,13 +182,3 @@ def objective(record: dict | None, cfg):
     if any(not isinstance(v, (int, float)) or isinstance(v, bool) for v in values):
         return None
     return float(values[0]) if len(values) == 1 else tuple(float(v) for v in values)
-
-
-def _known_errors() -> set:
-    """Error types printed as one line (the user can fix them): UserError and its subclasses."""
-    out, todo = set(), [UserError]
-    while todo:
-        c = todo.pop()
-        out.add(c.__name__)
-        todo += c.__subclasses__()
-    return out

@@ -4,6 +4,7 @@ import os
 import re
 from pathlib import Path
 
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 NAME_ENV = "TRANSFORMEROP_RUN_NAME"  # an isolating sweep names its child processes' runs
@@ -33,7 +34,7 @@ def run_name(overrides: list, hc, job_dir: Path) -> str:
     if os.environ.get(NAME_ENV):
         return os.environ[NAME_ENV]
     pairs = [o.split("=", 1) for o in overrides if "=" in o]
-    if str(hc.mode) == "RunMode.MULTIRUN":
+    if hc.mode == RunMode.MULTIRUN:
         keys = swept_keys(Path(hc.sweep.dir), OmegaConf.to_container(hc.sweeper.params) if hc.sweeper.get("params")
                           else {})
         pairs = [(k, v) for k, v in pairs if k.lstrip("+~") in keys]

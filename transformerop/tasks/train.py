@@ -127,8 +127,9 @@ def run(cfg) -> dict:
         em, samples = data.exact_match(model)
         metrics["exact_match"] = em
     else:
-        final = trainer.evaluate(full=True, splits=("val",))  # the reported val loss: the whole val split
-        metrics.update(val_loss=final["val_loss"], bits_per_char=final["bits_per_char"])
+        if "target_step" not in metrics:  # a target stop's own check already read the whole val split
+            final = trainer.evaluate(full=True, splits=("val",))  # the reported val loss: the whole split
+            metrics.update(val_loss=final["val_loss"], bits_per_char=final["bits_per_char"])
         prompt = torch.tensor([data.tokenizer.encode("\n")], device=device)
         gen = torch.Generator(device=device).manual_seed(cfg.seed)
         out = generate(model, prompt, cfg.train.sample_tokens, temperature=1.0, generator=gen)

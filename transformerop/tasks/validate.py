@@ -62,16 +62,18 @@ def _check_one(module, B, H, T, D, dtype, device, gen):
 
 
 def _check_module(module, B, H, T, D, dtype, device, gen):
-    """naive_loop has no attend(): compare its whole forward/backward with a float64 copy."""
-    import copy
+    """naive_loop has no attend(): its whole forward/backward against the float64 formula built
+    from its own weights (each head's q, k, v projections, reference_attend, the out-projection)."""
     module = module.to(device=device, dtype=dtype)
-    ref = copy.deepcopy(module).double()
     x = torch.randn(B, T, H * D, device=device, generator=gen).to(dtype).requires_grad_()
     out = module(x)
     g = torch.randn(out.shape, device=device, generator=gen).to(dtype)
     (dx,) = torch.autograd.grad(out, (x,), g)
     x64 = x.detach().double().requires_grad_()
-    r = ref(x64)
+    w = lambda lin: lin.weight.detach().double()  # noqa: E731
+    heads = [reference_attend(x64 @ w(h.query).T, x64 @ w(h.key).T, x64 @ w(h.value).T) for h in module.heads]
+    proj = module.c_proj
+    r = torch.cat(heads, dim=-1) @ w(proj).T + (proj.bias.detach().double() if proj.bias is not None else 0)
     (rx,) = torch.autograd.grad(r, (x64,), g.double())
     return rel_err(out.detach(), r.detach()), rel_err(dx, rx)
 
