@@ -65,13 +65,14 @@ def set_lr(opt, lr: float) -> None:
 @torch.no_grad()
 def evaluate_loss(model, batches, device, dtype_name: str) -> float:
     """Mean loss per scored target over `batches` (targets -1 are not scored), one host sync."""
-    total = torch.zeros((), device=device, dtype=torch.float64)
-    count = torch.zeros((), device=device, dtype=torch.float64)
+    acc = torch.float32 if torch.device(device).type == "mps" else torch.float64  # MPS has no float64
+    total = torch.zeros((), device=device, dtype=acc)
+    count = torch.zeros((), device=device, dtype=acc)
     for x, y in batches:
         with autocast(device, dtype_name):
             _, loss = model(x, y)
         n = (y >= 0).sum()
-        total += loss.double() * n
+        total += loss.to(acc) * n
         count += n
     return (total / count).item()
 
