@@ -152,16 +152,20 @@ def test_clock_names_times_by_where_they_start(monkeypatch):
 
 
 def test_resume_keeps_the_lr_tensor_a_captured_step_reads():
-    """train.cuda_graph: the optimizer's lr is a tensor the graph reads; loading a checkpoint must
-    not swap in the checkpoint's copy (the schedule would then never reach the graph)."""
-    from transformerop.train import keep_lr_tensors, set_lr
+    """train.cuda_graph: the optimizer's lr and state are tensors the graph reads; loading a
+    checkpoint (here one written by torch.optim.AdamW) must copy into them, never swap them."""
+    from transformerop.optim import AdamW
+    from transformerop.train import set_lr
     w = torch.nn.Parameter(torch.ones(3))
     lr = torch.tensor(0.1)
-    opt = torch.optim.AdamW([w], lr=lr, foreach=False)
-    saved = torch.optim.AdamW([torch.nn.Parameter(torch.ones(3))], lr=torch.tensor(0.5), foreach=False).state_dict()
-    lrs = [g["lr"] for g in opt.param_groups]
-    opt.load_state_dict(saved)
-    assert opt.param_groups[0]["lr"] is not lr  # what load_state_dict alone does
-    keep_lr_tensors(opt, lrs)
+    opt = AdamW([{"params": [w]}], lr=lr)
+    held = dict(opt.state[w])
+    other = torch.nn.Parameter(torch.ones(3))
+    theirs = torch.optim.AdamW([other], lr=0.5, foreach=False)
+    other.grad = torch.full((3,), 2.0)
+    theirs.step()
+    opt.load_state_dict(theirs.state_dict())
     set_lr(opt, 0.25)
     assert opt.param_groups[0]["lr"] is lr and lr.item() == 0.25
+    assert all(opt.state[w][k] is held[k] for k in held)  # the same tensors, new values
+    assert opt.state[w]["step"].item() == 1 and torch.equal(opt.state[w]["exp_avg"], theirs.state[other]["exp_avg"])

@@ -15,6 +15,7 @@ import torch
 from tqdm import tqdm
 
 from . import checkpoint, clock, distributed
+from .optim import AdamW
 from .runtime import autocast, sync
 
 log = logging.getLogger(__name__)
@@ -41,17 +42,7 @@ def build_optimizer(model, t, device):
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     graphed = bool(t.cuda_graph)  # a captured step reads lr from a device tensor
     lr = torch.tensor(t.lr, device=device) if graphed else t.lr
-    return torch.optim.AdamW(groups, lr=lr, betas=(t.beta1, t.beta2), fused=device.type == "cuda",
-                             capturable=graphed)
-
-
-def keep_lr_tensors(opt, lrs) -> None:
-    """After opt.load_state_dict: a group whose lr was a device tensor (train.cuda_graph: the
-    captured step reads it) gets that same tensor back, not the checkpoint's copy, which the
-    graph would never see (set_lr fills the tensor in place)."""
-    for g, lr in zip(opt.param_groups, lrs):
-        if torch.is_tensor(lr):
-            g["lr"] = lr
+    return AdamW(groups, lr=lr, betas=(t.beta1, t.beta2))
 
 
 def set_lr(opt, lr: float) -> None:
@@ -134,9 +125,7 @@ class Trainer:
     def resume(self, path) -> None:
         st = checkpoint.load(path, self.signature)
         self.raw_model.load_state_dict(st["model"])
-        lrs = [g["lr"] for g in self.opt.param_groups]
-        self.opt.load_state_dict(st["optimizer"])
-        keep_lr_tensors(self.opt, lrs)
+        self.opt.load_state_dict(st["optimizer"])  # in place: a captured step's lr tensor stays the one it reads
         self.step, self.best_val, self.best_step = int(st["step"]), float(st["best_val"]), st.get("best_step")
         torch.set_rng_state(st["rng_cpu"])
         if st.get("rng_cuda") is not None and self.device.type == "cuda":
