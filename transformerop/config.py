@@ -65,6 +65,7 @@ class ModelConfig:
     block_size: int = num(256, ge=1)
     dropout: float = num(0.2, ge=0.0, lt=1.0)
     bias: bool = True
+    fused_norm: bool = False  # each residual add + dropout + LayerNorm as one Triton kernel (CUDA)
 
 
 @dataclass

@@ -32,7 +32,7 @@ def validate(cfg, with_data: bool = True) -> None:
     device, backend, the task's own checks, the data file. Raises ConfigError (or another
     UserError) or BackendUnavailable."""
     from .data import check_data
-    from .model import get_backend, validate_model_config
+    from .model import MODELS, get_backend, validate_model_config
     from .runtime import torch_dtype
     config.check(cfg)
     try:  # a ValueError anywhere here is a config that cannot work
@@ -41,6 +41,9 @@ def validate(cfg, with_data: bool = True) -> None:
         torch_dtype(cfg.train.dtype)
         device = pick_device(cfg.device)
         get_backend(cfg.attention.name).check(cfg, device)  # may raise BackendUnavailable (-> skipped)
+        model_cls = MODELS.get(cfg.model.name)
+        if hasattr(model_cls, "check"):
+            model_cls.check(cfg, device)
         if hasattr(mod, "check"):
             mod.check(cfg, device)
     except UserError:

@@ -9,6 +9,7 @@ logged row can overwrite a final metric in the W&B summary."""
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -72,53 +73,87 @@ class Tracker:
         self.overrides, self.group, self.tags, self.name = overrides, group, tags, name or Path(job_dir).name
         self.metrics, self.timings, self.tables, self.history = {}, {}, {}, []
         self.run = None
+        self._starter, self._pending, self._start_error = None, None, None
+        self._lock = threading.Lock()
         self.started = time.time()
         self.main = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 records
 
     # -- W&B -----------------------------------------------------------------
     def start(self) -> None:
+        """Starts the W&B run in a background thread: importing wandb and starting its service
+        took ~2 s on the H200 machine, time the job's own start-up need not wait for. Until the
+        run exists, what is logged waits in order and is replayed into it as it starts."""
         global _current
         _current = self
         lc = self.cfg.logger
         if lc.name != "wandb" or lc.mode == "disabled" or not self.main:
             return
-        import wandb
-
         id_file = self.job_dir / "wandb_id.txt"  # a rerun into the same dir continues the same run
         run_id = id_file.read_text().strip() if id_file.exists() else uuid.uuid4().hex[:8]
         id_file.write_text(run_id)
-        os.environ.setdefault("WANDB_SILENT", "true")
-        self.run = wandb.init(
-            project=lc.project, entity=lc.entity, group=self.group, job_type=self.task, tags=self.tags,
-            name=self.name, id=run_id, resume="allow", dir=str(self.job_dir), mode=lc.mode,
-            config=OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True), reinit="create_new",
-            settings=wandb.Settings(console=lc.console, x_disable_stats=not lc.system_metrics),
-        )
-        # the curves' own summaries, under their own names (never a final metric's key)
-        for key, how in (("eval/val_loss", "min"), ("eval/train_loss", "min"), ("eval/exact_match", "max")):
-            self.run.define_metric(key, summary=how)
+        config = OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)
+        self._pending, self._start_error = [], None
+        self._starter = threading.Thread(target=self._start_wandb, args=(lc, run_id, config),
+                                         name="wandb-start", daemon=True)
+        self._starter.start()
+
+    def _start_wandb(self, lc, run_id: str, config: dict) -> None:
+        try:
+            import wandb
+            os.environ.setdefault("WANDB_SILENT", "true")
+            run = wandb.init(
+                project=lc.project, entity=lc.entity, group=self.group, job_type=self.task, tags=self.tags,
+                name=self.name, id=run_id, resume="allow", dir=str(self.job_dir), mode=lc.mode, config=config,
+                reinit="create_new", settings=wandb.Settings(console=lc.console, x_disable_stats=not lc.system_metrics),
+            )
+            # the curves' own summaries, under their own names (never a final metric's key)
+            for key, how in (("eval/val_loss", "min"), ("eval/train_loss", "min"), ("eval/exact_match", "max")):
+                run.define_metric(key, summary=how)
+        except Exception as e:  # noqa: BLE001 -- raised in the job's own thread by wait_for_wandb
+            self._start_error = e
+            return
+        with self._lock:
+            for fn in self._pending:
+                fn(run)
+            self._pending = None
+            self.run = run
+
+    def _to_wandb(self, fn) -> None:
+        """fn(run) now if the run exists, else once it starts (in the order of the calls)."""
+        with self._lock:
+            if self.run is not None:
+                fn(self.run)
+            elif self._pending is not None:
+                self._pending.append(fn)
+
+    def wait_for_wandb(self) -> None:
+        """Blocks until the W&B run has started; a failed start is raised here."""
+        if self._starter is not None:
+            self._starter.join()
+            self._starter = None
+            if self._start_error is not None:
+                err, self._start_error, self._pending = self._start_error, None, None
+                raise RuntimeError(f"W&B run did not start: {type(err).__name__}: {err}") from err
 
     def log(self, row: dict, step: int | None = None) -> None:
         """One history row (a point on the curves)."""
         self.history.append({"step": step, **row})
-        if self.run is not None:
-            self.run.log(row, step=step)
+        self._to_wandb(lambda run: run.log(row, step=step))
 
     def resume_history(self, rows: list) -> None:
         """The curve so far, from a checkpoint. Rows are logged again to this (resumed) W&B run:
         the killed process's last rows may never have reached its files, and on upload the
         server keeps only steps it does not have yet."""
         self.history = list(rows)
-        if self.run is not None:
-            for row in rows:
-                if row.get("step") is not None:
-                    self.run.log({k: v for k, v in row.items() if k != "step"}, step=row["step"])
+        for row in rows:
+            if row.get("step") is not None:
+                values = {k: v for k, v in row.items() if k != "step"}
+                self._to_wandb(lambda run, values=values, step=row["step"]: run.log(values, step=step))
 
     def set(self, **metrics) -> None:
         """Final scalar metrics: results.json `metrics` and the W&B summary, the same keys."""
         self.metrics.update(metrics)
-        if self.run is not None:
-            self.run.summary.update(metrics)
+        self._to_wandb(lambda run: run.summary.update(metrics))
 
     def timing(self, name: str, stats: dict) -> None:
         """One timed region: median, spread, repeats, warm-up, predicted, measured/predicted.
@@ -127,26 +162,30 @@ class Tracker:
 
     def table(self, name: str, columns: list, rows: list) -> None:
         self.tables[name] = {"columns": columns, "rows": rows}
-        if self.run is not None:
+
+        def log_table(run):
             import wandb
-            self.run.log({name: wandb.Table(columns=columns, data=[list(r) for r in rows])})
+            run.log({name: wandb.Table(columns=columns, data=[list(r) for r in rows])})
+        self._to_wandb(log_table)
 
     def file(self, path) -> None:
-        if self.run is not None:
-            self.run.save(str(path), base_path=str(self.job_dir), policy="now")
+        self._to_wandb(lambda run: run.save(str(path), base_path=str(self.job_dir), policy="now"))
 
     def artifact(self, kind: str, paths, metadata: dict | None = None) -> None:
         """Files as one W&B artifact of type `kind` (offline: staged in the run files, uploaded by
         `wandb sync`), named after the kind and the run so every job's stays its own."""
-        if self.run is None:
-            return
-        import wandb
-        art = wandb.Artifact(f"{kind}-{self.run.id}", type=kind, metadata=metadata or {})
-        for p in paths:
-            art.add_file(str(p))
-        self.run.log_artifact(art)
+        paths = [str(p) for p in paths]
+
+        def log_artifact(run):
+            import wandb
+            art = wandb.Artifact(f"{kind}-{run.id}", type=kind, metadata=metadata or {})
+            for p in paths:
+                art.add_file(p)
+            run.log_artifact(art)
+        self._to_wandb(log_artifact)
 
     def wandb_info(self) -> dict:
+        self.wait_for_wandb()
         if self.run is None:
             return {"mode": "off"}
         folders = sorted(str(p) for p in (self.job_dir / "wandb").glob(f"*-run-*-{self.run.id}"))
@@ -188,6 +227,12 @@ class Tracker:
 
     def finish(self, status: str, error: dict | None, env: dict) -> dict:
         global _current
+        try:
+            self.wait_for_wandb()
+        except RuntimeError as e:  # a job that asked for a W&B run and got none did not do what was asked
+            log.error(str(e))
+            error = error or {"type": "WandbError", "message": str(e), "traceback": ""}
+            status = "failed" if status == "ok" else status
         record = self.record(status, error, env)
         written = self._write(record) if self.main else None
         if self.run is not None:

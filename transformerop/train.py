@@ -236,7 +236,10 @@ class Trainer:
         reached, eval_s, first_step_at = None, 0.0, None
         for step in range(start, t.max_iters + 1):
             self.step = step
-            if step % t.eval_interval == 0 or step == t.max_iters:
+            # a target run skips the step-0 eval: untrained weights cannot meet a target, and the
+            # eval would sit on the launch-to-target clock
+            untrained_target_check = step == 0 < t.max_iters and t.target_loss is not None
+            if (step % t.eval_interval == 0 or step == t.max_iters) and not untrained_target_check:
                 if step > start or start == 0:
                     if step > start:
                         self._check_losses(step)

@@ -61,8 +61,11 @@ def reference_attend(q, k, v, mask=None):
 
 
 def float64_model(model):
-    """A float64 eval-mode copy whose attention runs reference_attend, not the backend."""
+    """A float64 eval-mode copy whose attention runs reference_attend, not the backend, and
+    whose residual adds and LayerNorms are PyTorch's, not model.fused_norm's kernels."""
     ref = copy.deepcopy(model).double().eval()
+    if getattr(ref, "fused_norm", False):
+        ref.fused_norm = False
     for block in getattr(ref, "blocks", []):
         if hasattr(block.attn, "attend"):
             block.attn.attend = reference_attend  # instance attribute shadows the backend's method

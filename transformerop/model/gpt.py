@@ -1,12 +1,17 @@
 """GPT from PyTorch primitives: token + position embeddings, n_layer pre-LayerNorm blocks
-(causal self-attention, GELU MLP), final LayerNorm, LM head tied to the token embedding."""
+(causal self-attention, GELU MLP), final LayerNorm, LM head tied to the token embedding.
+
+model.fused_norm runs the same blocks with every residual add, its dropout and the LayerNorm
+after it as one Triton kernel (kernels/triton_norm.py): the same parameters, the same function,
+fewer and cheaper kernels. Decoding against a KV cache keeps the plain path."""
 import math
+import os
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import get_backend
+from .attention import BackendUnavailable, get_backend
 
 
 class MLP(nn.Module):
@@ -16,8 +21,12 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
 
+    def body(self, x):
+        """The MLP before its residual dropout (model.fused_norm applies that in the next kernel)."""
+        return self.c_proj(F.gelu(self.c_fc(x)))
+
     def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+        return self.dropout(self.body(x))
 
 
 class Block(nn.Module):
@@ -37,6 +46,7 @@ class GPT(nn.Module):
     def __init__(self, cfg, acfg, vocab_size: int):
         super().__init__()
         self.cfg, self.vocab_size = cfg, vocab_size
+        self.fused_norm = bool(getattr(cfg, "fused_norm", False))
         self.block_size = cfg.block_size
         self.attention_cls = get_backend(acfg.name)
         self.wte = nn.Embedding(vocab_size, cfg.n_embd)
@@ -58,6 +68,18 @@ class GPT(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
+    @classmethod
+    def check(cls, cfg, device) -> None:
+        """Raise before any work if this model's options cannot run on device."""
+        if cfg.model.fused_norm:
+            interpret = os.environ.get("TRITON_INTERPRET") == "1"
+            if torch.device(device).type != "cuda" and not interpret:
+                raise BackendUnavailable("model.fused_norm=true needs a CUDA GPU for its Triton kernels "
+                                         "(TRITON_INTERPRET=1 runs them on CPU, slowly)")
+            if interpret and cfg.train.dtype == "bfloat16":
+                raise BackendUnavailable("model.fused_norm=true in bf16 needs a GPU: the Triton interpreter has "
+                                         "no bf16; use train.dtype=float32 there")
+
     def forward(self, idx, targets=None, caches=None, pos=None):
         """idx (B, T) token ids. With caches (one per layer), idx holds only the new tokens and
         `pos` (0-d long tensor on the device) is the position of idx[:, 0]."""
@@ -65,11 +87,32 @@ class GPT(nn.Module):
         positions = torch.arange(T, device=idx.device)
         if pos is not None:
             positions = positions + pos
-        x = self.drop(self.wte(idx) + self.wpe(positions))
-        for i, block in enumerate(self.blocks):
-            x = block(x, None if caches is None else caches[i])
-        logits = self.lm_head(self.ln_f(x))
+        emb = self.wte(idx) + self.wpe(positions)
+        if self.fused_norm and caches is None:
+            x = self._fused_blocks(emb)
+        else:
+            x = self.drop(emb)
+            for i, block in enumerate(self.blocks):
+                x = block(x, None if caches is None else caches[i])
+            x = self.ln_f(x)
+        logits = self.lm_head(x)
         loss = None
         if targets is not None:  # -1 marks positions without a target (addition prompts)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    def _fused_blocks(self, emb):
+        """Block by block as in Block.forward, each `x = x + dropout(branch); ln(x)` one kernel:
+        x, h = add_norm(x, branch, ln). Returns ln_f of the last residual."""
+        from kernels.triton_norm import add_norm
+        p = self.cfg.dropout if self.training else 0.0
+        norms = [n for b in self.blocks for n in (b.ln_1, b.ln_2)] + [self.ln_f]
+        # one draw per forward for every kernel's dropout seed: views, not launches, per kernel
+        seeds = torch.randint(0, 2 ** 62, (len(norms), 1), device=emb.device) if p > 0 else [None] * len(norms)
+        dev = emb.device.type
+        out = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None  # what the matmul reads
+        x, h = add_norm(None, emb, norms[0], p, seeds[0], out)  # the embedding dropout starts the stream
+        for i, block in enumerate(self.blocks):
+            x, h = add_norm(x, block.attn.branch(h), norms[2 * i + 1], p, seeds[2 * i + 1], out)
+            x, h = add_norm(x, block.mlp.body(h), norms[2 * i + 2], p, seeds[2 * i + 2], out)
+        return h

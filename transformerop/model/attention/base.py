@@ -76,6 +76,11 @@ class CausalSelfAttention(nn.Module):
                              f"not {cfg.train.dtype!r}")
 
     def forward(self, x, cache=None):
+        return self.resid_dropout(self.branch(x, cache))
+
+    def branch(self, x, cache=None):
+        """Attention and its output projection, before the residual dropout (model.fused_norm
+        applies that in the next kernel)."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
@@ -84,7 +89,7 @@ class CausalSelfAttention(nn.Module):
             k, v, mask = cache.update(k, v)  # all keys so far (and which of them are valid)
         y = self.attend(q, k, v, mask)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+        return self.c_proj(y)
 
     def attend(self, q, k, v, mask):
         raise NotImplementedError

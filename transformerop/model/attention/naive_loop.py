@@ -52,8 +52,10 @@ class NaiveLoopAttention(nn.Module):
         self.resid_dropout = nn.Dropout(mcfg.dropout)
 
     def forward(self, x, cache=None):
+        return self.resid_dropout(self.branch(x, cache))
+
+    def branch(self, x, cache=None):
         if cache is not None:
             raise ValueError("attention=naive_loop has no KV-cache path: use a decode path without a cache")
-        y = torch.cat([h(x) for h in self.heads], dim=-1)
-        return self.resid_dropout(self.c_proj(y))
+        return self.c_proj(torch.cat([h(x) for h in self.heads], dim=-1))
 

@@ -1,0 +1,145 @@
+"""model.fused_norm: the residual add + dropout + LayerNorm kernels (kernels/triton_norm.py)
+against float64 formulas written here, forward and backward, with and without residual, bias
+and dropout; the fused GPT's gradients against its float64 copy; a planted 1% error in the
+kernel's backward that the gradient gate's measure must catch.
+
+CPU: under TRITON_INTERPRET=1 in one subprocess (the variable must be set before triton is
+imported), fp32 only (the interpreter has no bf16). GPU: bf16 at the seed's training shape."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHECKS = r'''
+import json, sys
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+from kernels import triton_norm as TN
+from transformerop.measure.reference import float64_model, norm_rel_err
+
+dev = torch.device(sys.argv[1]); dt = getattr(torch, sys.argv[2]); N_ROWS, C = int(sys.argv[3]), int(sys.argv[4])
+out = {}
+
+
+def formula(x, br, w, b, keep, p, eps):
+    """float64: h = x + br * keep / (1 - p); y = (h - mean) / sqrt(var + eps) * w + b."""
+    h = br * keep / (1 - p) + (x if x is not None else 0)
+    mean = h.mean(-1, keepdim=True)
+    var = ((h - mean) ** 2).mean(-1, keepdim=True)
+    y = (h - mean) / torch.sqrt(var + eps) * w
+    return h, (y + b if b is not None else y)
+
+
+def rel(a, r):
+    return ((a.double() - r).abs().max() / r.abs().max()).item()
+
+
+torch.manual_seed(0)
+for res in (True, False):
+    for bias in (True, False):
+        for p in (0.0, 0.3):
+            ln = torch.nn.LayerNorm(C, bias=bias).to(dev)
+            with torch.no_grad():
+                ln.weight.normal_()
+                if bias:
+                    ln.bias.normal_()
+            x = torch.randn(N_ROWS, C, device=dev, requires_grad=True) if res else None
+            br = torch.randn(N_ROWS, C, device=dev).to(dt).requires_grad_()
+            seed = torch.tensor([1234], device=dev) if p else None
+            h, y = TN.add_norm(x, br, ln, p, seed, out_dtype=dt)
+            keep = ((h - (x if res else 0)).detach() != 0).double() if p else torch.ones(N_ROWS, C, device=dev).double()
+            leaves = [t.detach().double().requires_grad_() for t in (x, br, ln.weight, ln.bias) if t is not None]
+            it = iter(leaves)
+            x64 = next(it) if res else None
+            br64, w64 = next(it), next(it)
+            b64 = next(it) if bias else None
+            h64, y64 = formula(x64, br64, w64, b64, keep, p, ln.eps)
+            dh, dy = torch.randn_like(h), torch.randn_like(y)
+            ins = [t for t in (x, br, ln.weight, ln.bias) if t is not None]
+            got = torch.autograd.grad((h * dh).sum() + (y.float() * dy.float()).sum(), ins)
+            ref = torch.autograd.grad((h64 * dh.double()).sum() + (y64 * dy.double()).sum(), leaves)
+            name = f"res{int(res)}_bias{int(bias)}_p{p}"
+            out[name] = {"h": rel(h, h64), "y": rel(y, y64), "keep": keep.mean().item(),
+                         "grads": [norm_rel_err(g, r) for g, r in zip(got, ref)]}
+
+# seeds: a new seed is a new mask; the same seed the same mask
+ln = torch.nn.LayerNorm(C).to(dev)
+br = torch.ones(N_ROWS, C, device=dev, dtype=dt)
+masks = [(TN.add_norm(None, br, ln, 0.5, torch.tensor([s], device=dev))[0] != 0) for s in (1, 1, 2)]
+out["same_seed_same_mask"] = bool(torch.equal(masks[0], masks[1]))
+out["new_seed_new_mask"] = float((masks[0] != masks[2]).float().mean())
+
+# the fused GPT against its float64 copy, and a planted fault in the kernel's backward
+m = OmegaConf.create(dict(name="gpt", n_layer=2, n_head=2, n_embd=C, block_size=16, dropout=0.2, bias=True,
+                          fused_norm=True))
+from transformerop.model.gpt import GPT
+torch.manual_seed(0)
+model = GPT(m, OmegaConf.create(dict(name="sdpa")), 11).to(dev).eval()
+idx, tgt = torch.randint(0, 11, (2, 16), device=dev), torch.randint(0, 11, (2, 16), device=dev)
+
+
+def worst_grad_err():
+    ref = float64_model(model)
+    model.zero_grad(set_to_none=True)
+    model(idx, tgt)[1].backward()
+    ref(idx, tgt)[1].backward()
+    return max(norm_rel_err(p.grad, r.grad) for p, r in zip(model.parameters(), ref.parameters()))
+
+
+out["model_grad_err"] = worst_grad_err()
+real = TN.AddNormFn.backward
+
+
+def planted(ctx, dh, dy):
+    g = list(real(ctx, dh, dy))
+    g[1] = g[1] * 1.01  # the branch's gradient 1% off
+    return tuple(g)
+
+
+TN.AddNormFn.backward = staticmethod(planted)
+out["planted_grad_err"] = worst_grad_err()
+TN.AddNormFn.backward = real
+print("RESULT " + json.dumps(out))
+'''
+
+
+def _run(env_extra, *args):
+    env = dict(os.environ, **env_extra)
+    p = subprocess.run([sys.executable, "-c", CHECKS, *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    line = next(s for s in p.stdout.splitlines() if s.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def _assert(out, tol, grad_tol, gate_tol):
+    for name, r in ((k, v) for k, v in out.items() if k.startswith("res")):
+        assert r["h"] < tol and r["y"] < tol, (name, r)
+        assert all(e < grad_tol for e in r["grads"]), (name, r["grads"])
+        if "p0.3" in name:
+            assert 0.6 < r["keep"] < 0.8, (name, r["keep"])  # keep rate 1 - p
+    assert out["same_seed_same_mask"] and 0.3 < out["new_seed_new_mask"] < 0.7
+    assert out["model_grad_err"] < gate_tol
+    assert out["planted_grad_err"] > gate_tol  # the gate's measure sees a 1% error in one gradient
+
+
+def test_fused_norm_kernels_under_the_interpreter():
+    from transformerop.measure.reference import GRAD_TOLERANCE
+    out = _run({"TRITON_INTERPRET": "1"}, "cpu", "float32", "37", "48")
+    _assert(out, 1e-5, 1e-5, GRAD_TOLERANCE["ieee"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fused_norm_kernels_bf16_at_the_seed_shape():
+    """16,384 rows x 384 (B 64 x T 256, the seed's width): bf16 branch and output, fp32 stream."""
+    out = _run({}, "cuda", "bfloat16", "16384", "384")
+    # bf16 rounding of the branch and the output; grads through bf16 outputs
+    _assert(out, 2e-2, 2e-2, 5e-3)
