@@ -95,11 +95,14 @@ def _add_norm_bwd(DY, DH_IN, H, W, MEAN, RSTD, DX, DBR, DW_PART, DB_PART, SEED, 
         tl.store(DB_PART + pid * C + cols, db, mask=cmask)
 
 
-def _programs(device) -> int:
-    """Backward programs: two per SM keeps every SM busy while the partial sums stay few."""
+def _rows_per_program(n_rows: int, device) -> int:
+    """Backward rows per program. On a GPU one ROWS tile each, as in the forward: the H200 ran
+    the backward at 56 µs (16,384 x 384) with two programs per SM looping over their rows, the
+    loop's dependent loads keeping too few bytes in flight; the price of one tile per program is
+    a (n_rows / ROWS) x C partial-sum buffer for dw. The interpreter: a few programs, long loops."""
     if device.type == "cuda":
-        return 2 * torch.cuda.get_device_properties(device).multi_processor_count
-    return 4  # the interpreter: few programs, each looping over more rows
+        return ROWS
+    return ROWS * triton.cdiv(triton.cdiv(n_rows, 4), ROWS)
 
 
 class AddNormFn(torch.autograd.Function):
@@ -135,8 +138,7 @@ class AddNormFn(torch.autograd.Function):
         dh_in = dh_out.contiguous().view(n, C) if dh_out is not None else None
         dx = torch.empty((n, C), dtype=x_dtype, device=h.device) if has_res else None
         dbr = torch.empty((n, C), dtype=br_dtype, device=h.device)
-        progs = min(_programs(h.device), triton.cdiv(n, ROWS))
-        rows_per_prog = ROWS * triton.cdiv(triton.cdiv(n, progs), ROWS)
+        rows_per_prog = _rows_per_program(n, h.device)
         progs = triton.cdiv(n, rows_per_prog)
         dw_part = torch.empty((progs, C), dtype=torch.float32, device=h.device)
         db_part = torch.empty((progs, C), dtype=torch.float32, device=h.device) if bias is not None else dw_part

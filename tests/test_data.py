@@ -18,6 +18,16 @@ def test_tokenizer_round_trip_and_unknown_char():
         tok.encode("zebra")
 
 
+def test_vectorized_encode_is_encode():
+    from pathlib import Path
+    text = (Path(__file__).parents[1] / "transformerop" / "data" / "sample_play.txt").read_text() + "é中"
+    tok = CharTokenizer(text)
+    assert tok.encode_tensor(text).tolist() == tok.encode(text)
+    for unknown in ("z", "ü", "😀"):  # below, inside and past the table's code points
+        with pytest.raises(ValueError, match=f"{unknown!r} is not in the vocabulary"):
+            CharTokenizer("abé").encode_tensor("ab" + unknown)
+
+
 def test_addition_split_disjoint_deterministic_and_complete():
     train, test = split(2, 1000, seed=2)
     assert len(test) == 1000 and len(train) == 9000

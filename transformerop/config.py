@@ -116,6 +116,7 @@ class TrainConfig:
     grad_accum: int = num(1, ge=1)
     eval_interval: int = num(500, ge=1)
     eval_iters: int = num(200, ge=1)
+    eval_batch_size: Optional[int] = num(None, ge=1)  # whole-split evals: windows per forward (None: batch_size)
     eval_full: bool = False  # in-loop evals: every window of each split once instead of eval_iters batches
     eval_train: bool = True  # in-loop evals estimate the train split too (false: val only; train loss from the steps)
     dtype: Dtype = Dtype.float32  # bfloat16: autocast (train), weights cast (generate)

@@ -147,7 +147,7 @@ class Trainer:
         for split in splits:
             # addition's held-out sums are few: its val loss is always exact, over all of them
             if full or (self.data.kind == "addition" and split == "val"):
-                batches = self.data.eval_batches(split, t.batch_size)
+                batches = self.data.eval_batches(split, t.eval_batch_size or t.batch_size)
             else:
                 gen = torch.Generator(device=self.device).manual_seed(self.cfg.seed + 1)
                 batches = (self.data.batch(split, t.batch_size, gen) for _ in range(t.eval_iters))

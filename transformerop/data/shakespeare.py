@@ -77,7 +77,7 @@ class ShakespeareData:
     def __init__(self, cfg, block_size: int, device):
         text = fetch(cfg).read_text(encoding="utf-8")
         self.tokenizer = CharTokenizer(text)
-        ids = torch.tensor(self.tokenizer.encode(text), dtype=torch.long)
+        ids = self.tokenizer.encode_tensor(text)
         n = int(cfg.train_frac * len(ids))
         if min(n, len(ids) - n) <= block_size + 1:
             raise DataError(f"{cfg.file}: a split of {min(n, len(ids) - n)} characters is too short for "

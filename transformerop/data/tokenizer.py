@@ -17,6 +17,18 @@ class CharTokenizer:
         except KeyError as e:
             raise ValueError(f"character {e.args[0]!r} is not in the vocabulary {self.chars!r}") from None
 
+    def encode_tensor(self, text: str) -> torch.Tensor:
+        """encode() as a long tensor, through a code-point lookup table: a whole corpus in one
+        vectorized pass instead of a Python loop over its characters (on the start-up clock)."""
+        points = torch.frombuffer(bytearray(text.encode("utf-32-le")), dtype=torch.int32).long()
+        lut = torch.full((max(map(ord, self.chars), default=0) + 1,), -1, dtype=torch.long)
+        lut[torch.tensor([ord(c) for c in self.chars], dtype=torch.long)] = torch.arange(len(self.chars))
+        ids = lut[points.clamp(max=len(lut) - 1)]
+        bad = ((points >= len(lut)) | (ids < 0)).nonzero()
+        if len(bad):
+            raise ValueError(f"character {text[bad[0].item()]!r} is not in the vocabulary {self.chars!r}")
+        return ids
+
     def decode(self, ids) -> str:
         if isinstance(ids, torch.Tensor):
             ids = ids.tolist()
