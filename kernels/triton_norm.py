@@ -19,7 +19,9 @@ import triton.language as tl
 
 from .triton_dropout import kept, row_keys, threshold
 
-ROWS = 4  # rows per program (per loop trip in the backward): a ROWS x next_pow2(C) tile
+ROWS = 4  # forward: rows per program, a ROWS x next_pow2(C) tile
+# backward on a GPU: rows per tile, tiles per program (a loop), warps per program
+BWD_ROWS, BWD_TILES, BWD_WARPS = 4, 1, 4
 
 
 @triton.jit
@@ -101,8 +103,8 @@ def _rows_per_program(n_rows: int, device) -> int:
     loop's dependent loads keeping too few bytes in flight; the price of one tile per program is
     a (n_rows / ROWS) x C partial-sum buffer for dw. The interpreter: a few programs, long loops."""
     if device.type == "cuda":
-        return ROWS
-    return ROWS * triton.cdiv(triton.cdiv(n_rows, 4), ROWS)
+        return BWD_ROWS * BWD_TILES
+    return BWD_ROWS * triton.cdiv(triton.cdiv(n_rows, 4), BWD_ROWS)
 
 
 class AddNormFn(torch.autograd.Function):
@@ -146,7 +148,7 @@ class AddNormFn(torch.autograd.Function):
             dy, dh_in if dh_in is not None else dy, h, weight, mean, rstd, dx if dx is not None else dbr, dbr,
             dw_part, db_part, seed if seed is not None else mean, thr, scale, n, C, rows_per_prog,
             HAS_DH=dh_in is not None, HAS_RES=has_res, HAS_BIAS=bias is not None, DROPOUT=dropout,
-            ROWS=ROWS, BLOCK_C=triton.next_power_of_2(C))
+            ROWS=BWD_ROWS, BLOCK_C=triton.next_power_of_2(C), num_warps=BWD_WARPS)
         dw = dw_part.sum(0).to(weight.dtype)
         db = db_part.sum(0).to(bias.dtype) if bias is not None else None
         dx = dx.view(ctx.shape) if dx is not None else None

@@ -7,11 +7,15 @@ CUDA init were paid by an earlier job, so its times are counted from its own sta
 named `job_*` instead, never passed off as time from launch; `sweep.isolate=true` runs every
 job of a sweep in its own fresh process, where time from launch is measured for real."""
 import os
+import threading
 import time
 
 _jobs_started = 0
 _job_start = None
 _marks: dict = {}
+# Set once the job's start-up is over (its first train step done; else when the job ends): work
+# that can wait -- starting the W&B run -- waits for it instead of taking the GIL from start-up.
+startup_over = threading.Event()
 
 
 def process_start() -> float | None:
@@ -34,6 +38,7 @@ def job_started() -> None:
     _jobs_started += 1
     _job_start = time.time()
     _marks.clear()
+    startup_over.clear()
 
 
 def fresh() -> bool:
@@ -59,6 +64,13 @@ def mark(phase: str) -> float:
     """Record that start-up phase `phase` ended now; returns that time on this job's clock."""
     _marks[phase] = since_origin()
     return _marks[phase]
+
+
+def end_startup() -> float:
+    """The first train step is done: start-up ends here (marked `first_step`)."""
+    t = mark("first_step")
+    startup_over.set()
+    return t
 
 
 def phases() -> dict:

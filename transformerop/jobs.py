@@ -117,6 +117,7 @@ def _group(cfg, hc, multirun: bool) -> str:
 
 def run_job(cfg) -> dict | None:
     clock.job_started()
+    clock.mark("imports")  # launch -> here: the interpreter, imports, Hydra's compose (fresh jobs)
     from .isolate import CHILD_ENV
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
@@ -148,8 +149,7 @@ def run_job(cfg) -> dict | None:
     status, error, device, known = "ok", None, None, False
     try:
         device = distributed.init(pick_device(cfg.device))
-        tracker.start()
-        clock.mark("wandb")
+        tracker.start()  # W&B itself starts after start-up, in the background
         tracker.set(**labels(cfg, device))
         metrics = task_module(cfg.task.name).run(cfg) or {}
         tracker.set(**metrics, **_launch_fallbacks())

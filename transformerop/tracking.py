@@ -17,6 +17,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
+from . import clock
+
 log = logging.getLogger(__name__)
 RESULTS = "results.json"
 ATTEMPTS = "attempts"  # earlier records of a job dir, kept when a newer attempt replaces or fails after them
@@ -80,9 +82,11 @@ class Tracker:
 
     # -- W&B -----------------------------------------------------------------
     def start(self) -> None:
-        """Starts the W&B run in a background thread: importing wandb and starting its service
-        took ~2 s on the H200 machine, time the job's own start-up need not wait for. Until the
-        run exists, what is logged waits in order and is replayed into it as it starts."""
+        """Starts the W&B run in a background thread once the job's start-up is over (its first
+        train step; else at the job's end): importing wandb and starting its service took ~2 s
+        of mostly Python on the H200 machine, which would hold the GIL against start-up, while
+        a training loop mostly waits on the GPU. Until the run exists, what is logged waits in
+        order and is replayed into it as it starts."""
         global _current
         _current = self
         lc = self.cfg.logger
@@ -98,6 +102,7 @@ class Tracker:
         self._starter.start()
 
     def _start_wandb(self, lc, run_id: str, config: dict) -> None:
+        clock.startup_over.wait()
         try:
             import wandb
             os.environ.setdefault("WANDB_SILENT", "true")
@@ -129,6 +134,7 @@ class Tracker:
     def wait_for_wandb(self) -> None:
         """Blocks until the W&B run has started; a failed start is raised here."""
         if self._starter is not None:
+            clock.startup_over.set()  # nothing to wait for any more: the job wants its run now
             self._starter.join()
             self._starter = None
             if self._start_error is not None:

@@ -269,7 +269,7 @@ class Trainer:
             loss = self.train_step(step)
             if first_step_at is None:  # start-up ends when the first step is done (capture, compile in it)
                 sync(self.device)
-                first_step_at = clock.mark("first_step")
+                first_step_at = clock.end_startup()
             self.loss_buf[step % LOG_EVERY] = loss
             if (step + 1) % LOG_EVERY == 0:
                 mean = self._check_losses(step + 1)
