@@ -159,6 +159,8 @@ def add_norm(x, branch, norm: torch.nn.LayerNorm, p_drop: float = 0.0, seed=None
     """(x + dropout(branch), norm(x + dropout(branch))) in one kernel; x None: the stream starts
     at dropout(branch). `seed`: a 1-element int64 device tensor (dropout on when given, p > 0);
     out_dtype: the normed output's dtype (default: the residual's)."""
+    if not 0.0 <= p_drop < 1.0:
+        raise ValueError(f"add_norm: dropout probability {p_drop} must be in [0, 1)")
     res = torch.promote_types(x.dtype if x is not None else torch.float32, branch.dtype)
     return AddNormFn.apply(x, branch, norm.weight, norm.bias, seed, float(p_drop), float(norm.eps),
                            out_dtype or res)

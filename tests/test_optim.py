@@ -1,5 +1,6 @@
 """transformerop.optim.AdamW against an independent float64 AdamW formula and against
 torch.optim.AdamW(fused=True), and the start-up cost it exists to avoid (no torch._dynamo)."""
+import copy
 import math
 import subprocess
 import sys
@@ -81,6 +82,13 @@ def test_bit_identical_to_torch_fused_adamw_and_state_dict_round_trip():
     fresh.load_state_dict(theirs.state_dict())
     for p, q in zip(fresh.param_groups[0]["params"], theirs_params):
         assert torch.equal(fresh.state[p]["exp_avg_sq"], theirs.state[q]["exp_avg_sq"])
+    back = [torch.nn.Parameter(p.detach().clone()) for p in params]  # and the other way round
+    torch_again = torch.optim.AdamW(back, lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, fused=True)
+    torch_again.load_state_dict(copy.deepcopy(ours.state_dict()))  # as through a checkpoint file
+    _run(ours, params, grads[:1])
+    _run(torch_again, back, grads[:1])
+    for a, b in zip(params, back):
+        assert torch.equal(a, b)
     with pytest.raises(ValueError, match="parameter groups of sizes"):
         AdamW([{"params": params[:1]}], lr=1e-3).load_state_dict(sd)
 

@@ -143,3 +143,48 @@ def test_hparams_search_runs_trials_and_reports_the_best(tmp_path):
     from transformerop.report import report
     md = report([sweep], use_wandb=False)["md"].read_text()
     assert "## Search: the Pareto front" in md and "| exact_match | wall_s | parameters |" in md
+
+
+def _tracker(tmp_path):
+    from conftest import make_cfg
+    return tracking.Tracker(make_cfg(), tmp_path, "train", [], "runs", [], "unit")
+
+
+def test_wandb_starts_after_startup_and_replays_what_came_before_in_order(tmp_path):
+    """The W&B run waits for the end of start-up; what was logged before reaches it in order, and
+    a queued call that fails (planted here) costs that call only."""
+    from transformerop import clock
+    clock.job_started()
+    tr = _tracker(tmp_path)
+    tr.start()
+    tr.log({"train/loss": 3.0}, step=1)
+    tr._to_wandb(lambda run: 1 / 0)
+    tr.log({"train/loss": 2.0}, step=2)
+    assert tr.run is None  # start-up is not over: W&B has not started
+    clock.end_startup()
+    tr.log({"train/loss": 1.0}, step=3)
+    tr.set(val_loss=1.5)
+    rec = tr.finish("ok", None, {})
+    run = OfflineRun(run_folders(tmp_path)[0])
+    assert [h["train/loss"] for h in run.history if "train/loss" in h] == [3.0, 2.0, 1.0]
+    assert rec["status"] == "ok" and run.exit_code == 0 and run.user_summary()["val_loss"] == 1.5
+
+
+def test_a_wandb_start_that_fails_keeps_the_metrics_and_fails_the_job(tmp_path, monkeypatch):
+    import wandb
+
+    from transformerop import clock
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("no route to the W&B server")
+    monkeypatch.setattr(wandb, "init", unreachable)
+    clock.job_started()
+    tr = _tracker(tmp_path)
+    tr.start()
+    tr.log({"train/loss": 1.0}, step=1)
+    tr.set(val_loss=1.5)
+    info = tr.wandb_info()  # the summary asks before finish: it must not raise
+    assert info["mode"] == "off" and "no route" in info["error"]
+    rec = tr.finish("ok", None, {})
+    assert rec["status"] == "failed" and rec["error"]["type"] == "WandbError" and "no route" in rec["error"]["message"]
+    assert rec["metrics"]["val_loss"] == 1.5 and rec["history"][0]["train/loss"] == 1.0

@@ -106,6 +106,23 @@ def planted(ctx, dh, dy):
 TN.AddNormFn.backward = staticmethod(planted)
 out["planted_grad_err"] = worst_grad_err()
 TN.AddNormFn.backward = real
+
+# training mode: every kernel's dropout on (seeds drawn per forward), gradients everywhere
+model.train()
+losses = []
+for _ in range(2):
+    model.zero_grad(set_to_none=True)
+    loss = model(idx, tgt)[1]
+    loss.backward()
+    losses.append(loss.item())
+out["train_grads"] = all(p.grad is not None and bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+out["train_losses_differ"] = losses[0] != losses[1]  # new masks every forward
+# weights cast as decoding casts them (no autocast): the normed outputs follow the weights' dtype
+import copy
+low = torch.bfloat16 if dev.type == "cuda" else torch.float16
+cast = copy.deepcopy(model).eval().to(low)
+out["cast_logits_dtype"] = str(cast(idx)[0].dtype)
+out["cast_expected_dtype"] = str(low)
 print("RESULT " + json.dumps(out))
 '''
 
@@ -128,6 +145,8 @@ def _assert(out, tol, grad_tol, gate_tol):
     assert out["same_seed_same_mask"] and 0.3 < out["new_seed_new_mask"] < 0.7
     assert out["model_grad_err"] < gate_tol
     assert out["planted_grad_err"] > gate_tol  # the gate's measure sees a 1% error in one gradient
+    assert out["train_grads"] and out["train_losses_differ"]
+    assert out["cast_logits_dtype"] == out["cast_expected_dtype"]
 
 
 def test_fused_norm_kernels_under_the_interpreter():

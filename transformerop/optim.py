@@ -66,7 +66,7 @@ class AdamW:
             groups.append({"lr": lr, "betas": g["betas"], "eps": g["eps"], "weight_decay": g["weight_decay"],
                            "params": list(range(start, start + len(g["params"])))})
             start += len(g["params"])
-        return {"state": {index[p]: {k: v.clone() for k, v in s.items()} for p, s in self.state.items()},
+        return {"state": {index[p]: dict(s) for p, s in self.state.items()},  # references, as torch.optim's
                 "param_groups": groups}
 
     @torch.no_grad()

@@ -114,32 +114,42 @@ class Tracker:
             # the curves' own summaries, under their own names (never a final metric's key)
             for key, how in (("eval/val_loss", "min"), ("eval/train_loss", "min"), ("eval/exact_match", "max")):
                 run.define_metric(key, summary=how)
-        except Exception as e:  # noqa: BLE001 -- raised in the job's own thread by wait_for_wandb
-            self._start_error = e
+        except Exception as e:  # noqa: BLE001 -- reported by finish() in the job's own thread
+            self._start_error = f"W&B run did not start: {type(e).__name__}: {e}"
+            with self._lock:
+                self._pending = None
             return
-        with self._lock:
-            for fn in self._pending:
-                fn(run)
-            self._pending = None
-            self.run = run
+        while True:  # replay in order, outside the lock: the job's own calls never wait on a replay
+            with self._lock:
+                todo, self._pending = self._pending, []
+                if not todo:
+                    self._pending, self.run = None, run
+                    return
+            for fn in todo:
+                self._apply(fn, run)
+
+    @staticmethod
+    def _apply(fn, run) -> None:
+        try:
+            fn(run)
+        except Exception as e:  # noqa: BLE001 -- one failed W&B call loses that value, not the run
+            log.warning(f"W&B: a queued call failed ({type(e).__name__}: {e}); results.json keeps the value")
 
     def _to_wandb(self, fn) -> None:
         """fn(run) now if the run exists, else once it starts (in the order of the calls)."""
         with self._lock:
-            if self.run is not None:
-                fn(self.run)
-            elif self._pending is not None:
+            run = self.run
+            if run is None and self._pending is not None:
                 self._pending.append(fn)
+        if run is not None:
+            fn(run)
 
     def wait_for_wandb(self) -> None:
-        """Blocks until the W&B run has started; a failed start is raised here."""
+        """Blocks until the W&B run has started (or failed to: finish() records why)."""
         if self._starter is not None:
             clock.startup_over.set()  # nothing to wait for any more: the job wants its run now
             self._starter.join()
             self._starter = None
-            if self._start_error is not None:
-                err, self._start_error, self._pending = self._start_error, None, None
-                raise RuntimeError(f"W&B run did not start: {type(err).__name__}: {err}") from err
 
     def log(self, row: dict, step: int | None = None) -> None:
         """One history row (a point on the curves)."""
@@ -193,7 +203,7 @@ class Tracker:
     def wandb_info(self) -> dict:
         self.wait_for_wandb()
         if self.run is None:
-            return {"mode": "off"}
+            return {"mode": "off", "error": self._start_error} if self._start_error else {"mode": "off"}
         folders = sorted(str(p) for p in (self.job_dir / "wandb").glob(f"*-run-*-{self.run.id}"))
         return {"mode": self.cfg.logger.mode, "run_id": self.run.id, "project": self.cfg.logger.project,
                 "group": self.group, "name": self.name, "dir": str(Path(self.run.dir).parent), "folders": folders}
@@ -233,11 +243,10 @@ class Tracker:
 
     def finish(self, status: str, error: dict | None, env: dict) -> dict:
         global _current
-        try:
-            self.wait_for_wandb()
-        except RuntimeError as e:  # a job that asked for a W&B run and got none did not do what was asked
-            log.error(str(e))
-            error = error or {"type": "WandbError", "message": str(e), "traceback": ""}
+        self.wait_for_wandb()
+        if self._start_error:  # a job that asked for a W&B run and got none did not do what was asked
+            log.error(self._start_error)
+            error = error or {"type": "WandbError", "message": self._start_error, "traceback": ""}
             status = "failed" if status == "ok" else status
         record = self.record(status, error, env)
         written = self._write(record) if self.main else None

@@ -20,6 +20,8 @@ class CharTokenizer:
     def encode_tensor(self, text: str) -> torch.Tensor:
         """encode() as a long tensor, through a code-point lookup table: a whole corpus in one
         vectorized pass instead of a Python loop over its characters (on the start-up clock)."""
+        if not text:
+            return torch.empty(0, dtype=torch.long)
         points = torch.frombuffer(bytearray(text.encode("utf-32-le")), dtype=torch.int32).long()
         lut = torch.full((max(map(ord, self.chars), default=0) + 1,), -1, dtype=torch.long)
         lut[torch.tensor([ord(c) for c in self.chars], dtype=torch.long)] = torch.arange(len(self.chars))

@@ -109,8 +109,10 @@ class GPT(nn.Module):
         norms = [n for b in self.blocks for n in (b.ln_1, b.ln_2)] + [self.ln_f]
         # one draw per forward for every kernel's dropout seed: views, not launches, per kernel
         seeds = torch.randint(0, 2 ** 62, (len(norms), 1), device=emb.device) if p > 0 else [None] * len(norms)
+        # the normed output in the dtype the next matmul reads: autocast's, else the weights' own
+        # (bf16 weights for decoding); the residual stream stays fp32 either way
         dev = emb.device.type
-        out = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None  # what the matmul reads
+        out = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else self.wte.weight.dtype
         x, h = add_norm(None, emb, norms[0], p, seeds[0], out)  # the embedding dropout starts the stream
         for i, block in enumerate(self.blocks):
             x, h = add_norm(x, block.attn.branch(h), norms[2 * i + 1], p, seeds[2 * i + 1], out)
