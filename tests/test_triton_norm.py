@@ -162,3 +162,24 @@ def test_fused_norm_kernels_bf16_at_the_seed_shape():
     out = _run({}, "cuda", "bfloat16", "16384", "384")
     # bf16 rounding of the branch and the output; grads through bf16 outputs
     _assert(out, 2e-2, 2e-2, 5e-3)
+
+
+TINY = ["data=shakespeare", "model=gpt", "data.file=sample_play.txt", "data.url=null",
+        "data.sha256=9a40396c5ca5a1c76160dd51e7f0cf3f443787c5d53dc627eca9ba85f8b41bfe", "model.n_layer=1",
+        "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.max_iters=4", "train.eval_interval=2",
+        "train.eval_iters=1", "train.batch_size=2", "train.sample_tokens=4", "train.progress=false", "logger=none",
+        "model.fused_norm=true", "train.dtype=float32"]
+
+
+def test_fused_norm_through_the_cli(tmp_path):
+    """Without a GPU (and no interpreter) the job is refused in one line before any run dir;
+    under the interpreter the same command trains, evaluates and samples through the kernels."""
+    from conftest import results, run_cli
+    refused = run_cli(*TINY, f"hydra.run.dir={tmp_path / 'cpu'}", env={"TRITON_INTERPRET": "0"})
+    assert refused.returncode == 3, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1].startswith("skipped: model.fused_norm=true needs a CUDA GPU")
+    assert not (tmp_path / "cpu").exists()
+    ok = run_cli(*TINY, f"hydra.run.dir={tmp_path / 'interpreted'}", env={"TRITON_INTERPRET": "1"})
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    r = results(tmp_path / "interpreted")
+    assert r["status"] == "ok" and r["metrics"]["steps"] == 4 and 0 < r["metrics"]["val_loss"] < 10
