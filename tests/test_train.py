@@ -106,6 +106,7 @@ def test_target_stop_reads_the_whole_val_split(tmp_path):
     stop = [h for h in r["history"] if h["step"] == m["target_step"] and "eval/val_loss" in h][0]
     assert stop["eval/val_loss"] == m["val_loss"]  # the check and the final whole-split eval agree exactly
     assert all("eval/train_loss" not in h for h in r["history"])  # a target run checks val only
+    assert [h["step"] for h in r["history"] if "eval/val_loss" in h][0] == 10  # no untrained step-0 check
     assert 0 < m["startup_s"] < m["time_to_target_s"]  # both on the clock from process launch
     assert "reached at step" in p.stdout and "from launch" in p.stdout
 
@@ -169,3 +170,28 @@ def test_resume_keeps_the_lr_tensor_a_captured_step_reads():
     assert opt.param_groups[0]["lr"] is lr and lr.item() == 0.25
     assert all(opt.state[w][k] is held[k] for k in held)  # the same tensors, new values
     assert opt.state[w]["step"].item() == 1 and torch.equal(opt.state[w]["exp_avg"], theirs.state[other]["exp_avg"])
+
+
+def test_whole_split_loss_is_the_float64_formula_for_any_eval_batch():
+    """evaluate_loss over eval_batches at two batch sizes (train.eval_batch_size) against a float64
+    sum of -log p(target) over every scored character of the split, written out here."""
+    from conftest import SAMPLE
+
+    from transformerop.measure.reference import float64_model
+    from transformerop.train import evaluate_loss
+    cfg = make_cfg(*SAMPLE, "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.block_size=32")
+    torch.manual_seed(0)
+    data = build_data(cfg, CPU)
+    model = build_model(cfg, data.tokenizer.vocab_size).eval()
+    ref = float64_model(model)
+    nll, count = 0.0, 0
+    with torch.no_grad():
+        for x, y in data.eval_batches("val", 10**9):
+            logp = torch.log_softmax(ref(x)[0], dim=-1)
+            scored = y >= 0
+            nll -= logp[scored].gather(-1, y[scored][:, None]).sum().item()
+            count += int(scored.sum())
+    expected = nll / count
+    for batch in (5, 64):
+        got = evaluate_loss(model, data.eval_batches("val", batch), CPU, "float32")
+        assert abs(got - expected) / expected < 1e-5, (batch, got, expected)
