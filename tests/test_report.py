@@ -136,6 +136,26 @@ def test_goals_set_the_best_matching_row_beside_the_reference(tmp_path):
     assert "| decode=compiled | missed by 50% |" in R.report([sweep], use_wandb=False)["md"].read_text()
 
 
+def test_start_up_goals_are_bounded_by_their_phases(tmp_path):
+    """A start-up goal's bound is the row's phases, longest first (no step kernel table under it);
+    a time from launch says how much of it came before the first step."""
+    goals = [{"what": "start", "metric": "startup_s", "goal": 3.0},
+             {"what": "to target", "metric": "time_to_target_s", "goal": 14.0}]
+    sweep = tmp_path / "s"
+    kernels = {"train_step_kernels": {"columns": ["kernel", "us_per_step"], "rows": [["k", 9.0]]}}
+    for i, graph in enumerate(("false", "true")):
+        job(sweep, i, [f"train.cuda_graph={graph}"], study=("speedrun", "train.cuda_graph=false"), goals=goals,
+            task="train", tables=kernels, timings={"train_step": timing(5.0)},
+            metrics={"startup_s": 4.0 + i, "time_to_target_s": 15.0 - i, "startup/imports_s": 2.5,
+                     "startup/capture_s": 1.0 * i, "startup/data_s": 0.5})
+    md = R.report([sweep], use_wandb=False)["md"].read_text()
+    lines = {ln.split(" | ")[0].lstrip("| "): ln for ln in md.splitlines() if ln.startswith("| ")}
+    assert "| start-up by phase: imports 2.50 s, data 0.50 s, capture 0.00 s |" in lines["start"]
+    assert "of the 14.00 s, 5.00 s before the first step (imports 2.50 s, capture 1.00 s, data 0.50 s) |" \
+        in lines["to target"]
+    assert 'best row for "start"' not in md  # a missed start-up gets no step kernel table
+
+
 def test_a_missed_goal_shows_its_rows_kernel_profile_beside_the_baselines(tmp_path):
     """bench.profile rows: the bound column reads the profile, and a miss lists the row's top
     kernels with the baseline row's own kernel time (the like-for-like GPU figure)."""

@@ -36,11 +36,26 @@ def _timing(r, metric: str) -> dict:
     return timings.get(metric.removesuffix("_median_ms")) or next(iter(timings.values()), {})
 
 
-def _bound(r, metric: str) -> str:
-    """What the best row's own measurements say bounds it: the kernel profile's GPU time against
-    the wall time (decode: per token; bench, train: per call or step), then the roofline's
-    verdict, MFU and measured/predicted."""
+def _phases(r) -> str:
+    """A training job's start-up by phase (startup/<phase>_s), longest first."""
     m = r.get("metrics") or {}
+    ph = sorted(((k[len("startup/"):-2], v) for k, v in m.items() if k.startswith("startup/") and _num(v)),
+                key=lambda kv: -kv[1])
+    return "start-up by phase: " + ", ".join(f"{n} {v:.2f} s" for n, v in ph) if ph else ""
+
+
+def _bound(r, metric: str) -> str:
+    """What the best row's own measurements say bounds it. Start-up: its phases. Otherwise the
+    kernel profile's GPU time against the wall time (decode: per token; bench, train: per call or
+    step), then the roofline's verdict, MFU and measured/predicted; a time from launch adds the
+    start-up part of it."""
+    m = r.get("metrics") or {}
+    if metric.endswith("startup_s") and _phases(r):
+        return _phases(r)
+    if metric.endswith("time_to_target_s") and _num(m.get(metric.replace("time_to_target_s", "startup_s"))):
+        start = m[metric.replace("time_to_target_s", "startup_s")]
+        return f"{_bound(r, 'train_step_median_ms')}; of the {m[metric]:.2f} s, {start:.2f} s before the first step " \
+               f"({_phases(r).removeprefix('start-up by phase: ')})"
     if _num(m.get("gpu_busy")):
         return (f"profile: kernels busy {m['gpu_busy']:.0%} of the wall time: {m['kernels_per_token']:.0f} "
                 f"kernels, {m['kernel_us_per_token']:.0f} us of kernel time per token")
@@ -106,8 +121,8 @@ def profiles(goals, judged, df, records, top: int = 5) -> list:
     that row's top kernels."""
     lines = []
     for g, j in zip(goals, judged):
-        if j.get("ours") is None or j["verdict"] == "met":
-            continue
+        if j.get("ours") is None or j["verdict"] == "met" or g["metric"].endswith("startup_s"):
+            continue  # a start-up's bound is its phases (in the table), not the step's kernels
         t = _kernel_table(records[j["index"]], g["metric"])
         if not t:
             continue
