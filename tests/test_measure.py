@@ -132,6 +132,14 @@ def test_time_bounds_launch_term_and_amdahl_by_hand():
     assert R.kernels_per_train_step(ADD, fused_optimizer=False) == 436
     assert R.kernels_per_train_step(ADD, fused_optimizer=True) == 134
     assert R.kernels_per_train_step(R.GPTShape(6, 6, 384, 256, 65, dropout=0.2)) == 362
+    # bf16: forward 6 * 19 + 9 + 3 = 126 -> 4 + 504 + 10 = 518. Bias-free: 6 layers x (4 bias
+    # reductions + 4 bias casts) fewer = 470. fused_norm: per layer 2 kernels for the two
+    # (dropout +) add + LayerNorm, not 6, and no input casts: forward 6 * 13 + 8 + 3 = 89 ->
+    # 4 + 356 + 10 = 370; bias-free 322.
+    seed = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, vocab_size=65, dropout=0.2)
+    for bias, fused, want in ((True, False, 518), (False, False, 470), (True, True, 370), (False, True, 322)):
+        assert R.kernels_per_train_step(R.GPTShape(**seed, bias=bias, fused_norm=fused), bf16=True) == want
+    assert R.shape_of(make_cfg("model=gpt", "model.fused_norm=true").model, 65).fused_norm
 
 
 def test_predict_train_step_by_hand_and_compare():
@@ -147,6 +155,12 @@ def test_predict_train_step_by_hand_and_compare():
     assert p["bound"] == "compute" and p["peak_source"] == "test"
     # memory: 1,630,208 (params) + 1,024 * 9,312 activations = 11,165,696
     assert p["mem_total"] == 1_630_208 + 1024 * 9_312
+    # a CUDA-graphed step pays a graph node per kernel, not an eager launch
+    cal["ceilings"].update(graph_node_us={"value": 1.0, "source": "test"}, flops_tf32={"value": 1e11, "source": "t"},
+                           flops_fp32_cuda={"value": 1e11, "source": "t"})
+    g = predict_train_step(make_cfg("train.batch_size=128", "train.cuda_graph=true"), 12, torch.device("cuda"),
+                           seq_len=8, ceilings=cal)
+    assert g["launch_key"] == "graph_node_us" and g["launch_ms"] == pytest.approx(g["kernels"] * 1e-3)
     assert compare(30.0, 10.0, 3.0) == {"measured_over_predicted": 3.0, "flagged": False}
     assert compare(31.0, 10.0, 3.0)["flagged"] and compare(3.2, 10.0, 3.0)["flagged"]  # too slow / too fast
 

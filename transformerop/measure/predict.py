@@ -65,7 +65,8 @@ def predict_train_step(cfg, vocab_size: int, device, seq_len: int | None = None,
     bytes_ = R.train_step_bytes(s, tokens, T, el)
     kernels = R.kernels_per_train_step(s, bf16=t.dtype == "bfloat16", fused_optimizer=device.type == "cuda",
                                        grad_clip=t.grad_clip > 0, micro_steps=t.grad_accum)
-    pred = price(flops, bytes_, kernels, device, t.dtype, cal, "op_train_us")
+    graphed = bool(t.cuda_graph) and device.type == "cuda"  # one replay: each kernel costs a graph node
+    pred = price(flops, bytes_, kernels, device, t.dtype, cal, "graph_node_us" if graphed else "op_train_us")
     p = R.param_memory(s)
     act = B * T * R.activation_bytes_per_token(s, T, el, training=True)
     return {**pred, "tokens": tokens, "params": R.param_count(s),

@@ -33,6 +33,7 @@ class GPTShape:
     per_head_projections: bool = False  # q/k/v as a bias-free Linear per head instead of one c_attn
     attention_kernels: int = 1  # kernels one layer's attention launches eagerly, without dropout
     attention_kernels_dropout: int = 1  # ... with attention dropout
+    fused_norm: bool = False  # model.fused_norm: residual add + dropout + LayerNorm as one kernel
 
 
 def shape_of(model_cfg, vocab_size: int, backend=None) -> GPTShape:
@@ -44,7 +45,7 @@ def shape_of(model_cfg, vocab_size: int, backend=None) -> GPTShape:
                      attention_kernels=backend.kernels_per_layer(m.n_head, False),
                      attention_kernels_dropout=backend.kernels_per_layer(m.n_head, True))
     return GPTShape(m.n_layer, m.n_head, m.n_embd, m.block_size, vocab_size, bool(m.bias), float(m.dropout),
-                    m.name, **extra)
+                    m.name, fused_norm=bool(getattr(m, "fused_norm", False)), **extra)
 
 
 def dtype_bytes(dtype_name: str) -> int:
@@ -228,12 +229,18 @@ def kernels_per_forward(s: GPTShape, training: bool = False, with_loss: bool = F
     """Eager kernel launches in one forward. Per layer: ln_1, c_attn, attention, transpose copy,
     c_proj, +residual, ln_2, c_fc, gelu, c_proj, +residual (10 + attention), two dropouts when
     active. Model: arange, 2 embeddings, add, (dropout), ln_f, LM head; loss: log_softmax + nll.
-    bf16 autocast adds casts: 4 weights + 2 inputs per layer, the LM head's weight and input."""
+    bf16 autocast adds casts: 4 weights + 2 inputs per layer, the LM head's weight and input.
+    fused_norm: each layer's two (dropout +) residual add + LayerNorm are 2 kernels, not 4 (6
+    with dropout), and write what the next matmul reads (no input casts); the embedding dropout
+    and ln_f are the first and last of them, with one seed draw when dropout is on."""
     if s.name == "bigram":
         return 1 + (2 if with_loss else 0)
     drop = training and s.dropout > 0
     per_layer = 10 + attention_kernels(s, drop) + (2 if drop else 0) + (6 if bf16 else 0)
     model = 4 + int(drop) + 2 + (2 if bf16 else 0)
+    if s.fused_norm:
+        per_layer -= 2 + (2 if drop else 0) + (2 if bf16 else 0)
+        model -= int(bf16)
     loss = (2 + int(bf16)) if with_loss else 0  # bf16: logits.float() is one more kernel
     return s.n_layer * per_layer + model + loss
 
@@ -250,11 +257,14 @@ def kernels_per_train_step(s: GPTShape, bf16: bool = False, fused_optimizer: boo
     embedding backward); then grad clipping + AdamW once. Fused (CUDA): multi-tensor kernels,
     ~10 launches in all. Unfused (CPU): per parameter tensor ~9 AdamW ops and 2 clipping ops.
     Checked on the H200 profiler for the seed GPT: 361 (fp32) and 523 (bf16) device ops per step,
-    this gives 362 and 518."""
+    this gives 362 and 518. A bias-free model drops each Linear's bias reduction (4 a layer) and,
+    in bf16, its bias casts (4 more); measured bias-free bf16: 425 (this gives 470), with
+    fused_norm 352 (this: 322)."""
     fwd = kernels_per_forward(s, training=True, with_loss=True, bf16=bf16)
+    no_bias = s.n_layer * 4 * (1 + int(bf16)) if s.name != "bigram" and not s.bias else 0
     p = param_tensors(s)
     if fused_optimizer:
         opt = 10
     else:
         opt = 9 * p + ((2 * p + 4) if grad_clip else 0)
-    return micro_steps * (4 + 4 * fwd) + opt
+    return micro_steps * (4 + 4 * fwd - no_bias) + opt
