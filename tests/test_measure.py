@@ -140,6 +140,12 @@ def test_time_bounds_launch_term_and_amdahl_by_hand():
     for bias, fused, want in ((True, False, 518), (False, False, 470), (True, True, 370), (False, True, 322)):
         assert R.kernels_per_train_step(R.GPTShape(**seed, bias=bias, fused_norm=fused), bf16=True) == want
     assert R.shape_of(make_cfg("model=gpt", "model.fused_norm=true").model, 65).fused_norm
+    # decoding: only the cache-free path runs the fused blocks (bf16 eval forward: 4 fewer kernels a
+    # layer -- 2 for the adds and norms, no input casts -- and the head's input cast: 25)
+    from transformerop.decode import get_path
+    plain, fused = R.GPTShape(**seed), R.GPTShape(**seed, fused_norm=True)
+    assert get_path("recompute").kernels_per_token(fused, True) == get_path("recompute").kernels_per_token(plain, True) - 25
+    assert get_path("kv_cache").kernels_per_token(fused, True) == get_path("kv_cache").kernels_per_token(plain, True)
 
 
 def test_predict_train_step_by_hand_and_compare():

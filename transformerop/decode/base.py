@@ -48,8 +48,14 @@ class DecodePath:
 
     @classmethod
     def kernels_per_token(cls, shape, bf16: bool) -> int:
-        """Kernels one decode step launches (or graph nodes it replays): the launch term."""
+        """Kernels one decode step launches (or graph nodes it replays): the launch term. A step
+        against a cache runs the model's plain blocks (model.fused_norm fuses only cache-free
+        forwards)."""
+        import dataclasses
+
         from ..measure import roofline as R
+        if cls.cached:
+            shape = dataclasses.replace(shape, fused_norm=False)
         return R.kernels_per_decode_token(shape, bf16=bf16)
 
     @classmethod
