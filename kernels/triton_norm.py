@@ -113,10 +113,8 @@ class AddNormFn(torch.autograd.Function):
         C = branch.shape[-1]
         br = branch.contiguous().view(-1, C)
         n = br.shape[0]
-        res_dtype = torch.promote_types(x.dtype, branch.dtype) if x is not None else torch.promote_types(
-            branch.dtype, torch.float32)
         xr = x.contiguous().view(-1, C) if x is not None else br
-        h = torch.empty((n, C), dtype=res_dtype, device=br.device)
+        h = torch.empty((n, C), dtype=_stream_dtype(x, branch), device=br.device)
         y = torch.empty((n, C), dtype=out_dtype, device=br.device)
         mean = torch.empty(n, dtype=torch.float32, device=br.device)
         rstd = torch.empty_like(mean)
@@ -155,12 +153,16 @@ class AddNormFn(torch.autograd.Function):
         return dx, dbr.view(ctx.shape), dw, db, None, None, None, None
 
 
+def _stream_dtype(x, branch) -> torch.dtype:
+    """The residual stream's dtype: at least fp32 (a bf16 branch joins an fp32 stream)."""
+    return torch.promote_types(x.dtype if x is not None else torch.float32, branch.dtype)
+
+
 def add_norm(x, branch, norm: torch.nn.LayerNorm, p_drop: float = 0.0, seed=None, out_dtype=None):
     """(x + dropout(branch), norm(x + dropout(branch))) in one kernel; x None: the stream starts
     at dropout(branch). `seed`: a 1-element int64 device tensor (dropout on when given, p > 0);
     out_dtype: the normed output's dtype (default: the residual's)."""
     if not 0.0 <= p_drop < 1.0:
         raise ValueError(f"add_norm: dropout probability {p_drop} must be in [0, 1)")
-    res = torch.promote_types(x.dtype if x is not None else torch.float32, branch.dtype)
     return AddNormFn.apply(x, branch, norm.weight, norm.bias, seed, float(p_drop), float(norm.eps),
-                           out_dtype or res)
+                           out_dtype or _stream_dtype(x, branch))

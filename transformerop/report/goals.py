@@ -52,8 +52,8 @@ def _bound(r, metric: str) -> str:
     m = r.get("metrics") or {}
     if metric.endswith("startup_s") and _phases(r):
         return _phases(r)
-    if metric.endswith("time_to_target_s") and _num(m.get(metric.replace("time_to_target_s", "startup_s"))):
-        start = m[metric.replace("time_to_target_s", "startup_s")]
+    start = m.get(metric.replace("time_to_target_s", "startup_s")) if metric.endswith("time_to_target_s") else None
+    if _num(start):
         return f"{_bound(r, 'train_step_median_ms')}; of the {m[metric]:.2f} s, {start:.2f} s before the first step " \
                f"({_phases(r).removeprefix('start-up by phase: ')})"
     if _num(m.get("gpu_busy")):
