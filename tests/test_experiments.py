@@ -173,3 +173,14 @@ def test_smoke_studies_skip_gpu_only_jobs_with_a_reason(smoke_runs):
 def _has_cuda() -> bool:
     import torch
     return torch.cuda.is_available()
+
+
+def test_the_speedrun_search_pins_the_studys_own_sweep_axes():
+    """Optuna reads hydra.sweeper.params merged with the study's: an unpinned study axis
+    ("false,true") would become a searched choice."""
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=speedrun", "hparams_search=speedrun"], return_hydra_config=True)
+    params = {k: str(v) for k, v in cfg.hydra.sweeper.params.items()}
+    searched = {k for k, v in params.items() if "(" in v}
+    assert searched == {"train.lr", "train.warmup_iters"}, params
+    assert all("," not in v for k, v in params.items() if k not in searched), params
