@@ -1,35 +1,24 @@
 """Launching a Triton kernel with little host work: these attention kernels take µs on the GPU,
 and on the H200 host Python's launch path took longer than that (experiments/results/h200-2026-11-30/notes_triton.md).
 
-First call per tuning key: the autotuner picks a config (it times each, then launches the best),
-and the choice is kept on disk (TUNING_FILE: this GPU, this triton, this kernel source and
-config list), so a new process does not tune again. Later calls: that config. The first of
-those goes through the JIT, which compiles or finds the kernel and hands back the
-CompiledKernel; from then on the CompiledKernel is launched directly,
+First call per tuning key: the autotuner picks a config (it times each, then launches the best).
+Later calls: that config. The first of those goes through the JIT, which compiles or finds the
+kernel and hands back the CompiledKernel; from then on the CompiledKernel is launched directly,
 skipping the JIT's argument binding and cache lookup. A compiled kernel is specialized on its
 arguments (16-byte aligned pointers, ints divisible by 16 or equal to 1), so it is cached under
 that same signature, computed here. If the direct launch ever fails (its calling convention is
 triton-internal), it is switched off for the process with a warning, the JIT is used, and the
 job's results.json records why (triton_launch_fallback).
 """
-import hashlib
-import json
 import logging
-import os
-from pathlib import Path
 
-import platformdirs
 import torch
-import triton
 
 log = logging.getLogger(__name__)
-# where tuned configs are kept across processes; the variable points elsewhere (tests: a tmp file)
-TUNING_FILE = Path(os.environ.get("TRANSFORMEROP_TRITON_TUNING")
-                   or Path(platformdirs.user_cache_dir("transformerop")) / "triton_tuning.json")
 
 fast = True  # direct CompiledKernel launches; tests compare them with the JIT path
 fallback_error = None  # why direct launches were switched off (recorded in results.json; the GPU suite fails on it)
-stats = {"direct": 0, "jit": 0, "tuned": 0, "from_disk": 0}
+stats = {"direct": 0, "jit": 0, "tuned": 0}
 _tuned = {}  # tuning key -> chosen config (BLOCK_M, BLOCK_N, num_warps, num_stages)
 _compiled = {}  # (tuning key, argument signature) -> CompiledKernel
 
@@ -40,52 +29,17 @@ def _signature(args) -> tuple:
                  for a in args)
 
 
-def _disk_key(kernel, key) -> str:
-    """What a tuned config is valid for: the GPU model, triton's version, the kernel's source and
-    config list, and the tuning key."""
-    dev = next((k for k in key if isinstance(k, torch.device)), None)
-    gpu = torch.cuda.get_device_name(dev) if dev is not None and dev.type == "cuda" else "cpu"
-    code = hashlib.sha256((getattr(kernel.fn, "src", "") + repr([str(c) for c in kernel.configs])).encode())
-    return f"{gpu}|triton {triton.__version__}|{kernel.fn.__name__} {code.hexdigest()[:16]}|{key!r}"
-
-
-def _read_disk() -> dict:
-    try:
-        return json.loads(TUNING_FILE.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_disk(kernel, key, cfg) -> None:
-    """Adds one choice to the file (read, update, atomic replace: a concurrent writer can at worst
-    drop another's entry, which is then tuned again)."""
-    try:
-        TUNING_FILE.parent.mkdir(parents=True, exist_ok=True)
-        table = {**_read_disk(), _disk_key(kernel, key): cfg}
-        tmp = TUNING_FILE.with_name(f"{TUNING_FILE.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
-        tmp.replace(TUNING_FILE)
-    except OSError as e:  # a read-only cache costs tuning time, never a result
-        log.warning(f"triton_launch: could not keep the tuned config in {TUNING_FILE} ({e})")
-
-
 def launch(kernel, grid, key, force, args, consts):
     """Launch autotuned `kernel` on positional `args` then constexpr `consts` (a dict in the
     kernel's parameter order, before the tuned BLOCK_M, BLOCK_N). grid(cfg) -> (x, y)."""
     global fast, fallback_error
     cfg = force or _tuned.get(key)
     if cfg is None:
-        cfg = _read_disk().get(_disk_key(kernel, key))
-        if cfg is not None:
-            _tuned[key] = cfg
-            stats["from_disk"] += 1
-    if cfg is None:
         kernel[grid](*args, **consts)
         stats["tuned"] += 1
         best = getattr(kernel, "best_config", None)
         if best is not None:
             _tuned[key] = dict(best.kwargs, num_warps=best.num_warps, num_stages=best.num_stages)
-            _write_disk(kernel, key, _tuned[key])
         return
     x, y = grid(cfg)
     ck = (key, _signature(args)) if fast and force is None else None

@@ -12,9 +12,6 @@ from hydra import compose, initialize_config_dir
 from transformerop.config import register
 
 ROOT = Path(__file__).resolve().parent.parent
-# tuned Triton configs (kernels/triton_launch.py) go to this run's own file, never the user's cache
-os.environ.setdefault("TRANSFORMEROP_TRITON_TUNING",
-                      os.path.join(__import__("tempfile").mkdtemp(prefix="transformerop-tests-"), "tuning.json"))
 
 register()
 torch.set_num_threads(min(2, os.cpu_count() or 1))

@@ -171,38 +171,6 @@ def test_interpreted_dropout(interpreted):
     assert abs(mask["kept_pairs_along_queries"] - 0.49) < 0.05, mask
 
 
-TUNING_SCRIPT = r"""
-import json, torch
-import kernels.triton_attention as ta
-import kernels.triton_launch as tl
-torch.manual_seed(0)
-q, k, v = (torch.randn(2, 2, 33, 32, requires_grad=True) for _ in range(3))
-out = ta.attention(q, k, v, allow_tf32=False)
-out.backward(torch.ones_like(out))
-print("RESULTS " + json.dumps({"stats": tl.stats, "out": out.detach().flatten()[:50].tolist(),
-                               "dq": q.grad.flatten()[:50].tolist()}))
-"""
-
-
-def test_tuned_configs_are_kept_on_disk_for_the_next_process(tmp_path):
-    """The first process tunes the forward and backward and keeps both choices in the tuning
-    file; a second process reads them and tunes nothing, with the same results."""
-    env = dict(os.environ, TRITON_INTERPRET="1", TRANSFORMEROP_TRITON_TUNING=str(tmp_path / "tuning.json"))
-    runs = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", TUNING_SCRIPT], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs.append(json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS ")][-1][8:]))
-    first, second = runs
-    assert first["stats"]["tuned"] == 2 and first["stats"]["from_disk"] == 0
-    assert second["stats"]["tuned"] == 0 and second["stats"]["from_disk"] == 2
-    assert first["out"] == second["out"] and first["dq"] == second["dq"]
-    table = json.loads((tmp_path / "tuning.json").read_text())
-    assert len(table) == 2 and all(set(c) >= {"BLOCK_M", "BLOCK_N", "num_warps"} for c in table.values())
-    assert all(key.startswith("cpu|triton ") for key in table)
-
-
 def _cfg(dtype="float32"):
     from omegaconf import OmegaConf
     return OmegaConf.create({"train": {"dtype": dtype}, "attention": {"name": "triton"}})
