@@ -120,15 +120,25 @@ class Decoder:
         start = max(0, T0 - self.W)  # the window the next token conditions on is out[:, start:t]
         logits = self.runner.prefill(self.out[:, start:T0])
         self._emit(logits)
-        for i, t in enumerate(range(T0 + 1, T0 + n)):
+        t, end = T0 + 1, T0 + n  # t: the column the next step produces
+        while t < end:
             if on_logits is not None:
-                on_logits(i, logits)
+                on_logits(t - 1 - T0, logits)
             if t - start > self.W:  # the cache is full: restart the window on the last `keep` tokens
                 start = t - self.keep
                 logits = self.runner.prefill(self.out[:, start:t])
                 self._emit(logits)
+                t += 1
+            elif getattr(self.runner, "runs", False):  # every step to the window's end in one launch
+                m = min(end, start + self.W + 1) - t
+                rows = self.runner.run(self.out, self.t, self.noise, self.temperature, self.top_k, m)
+                for col in range(t, t + m - 1) if on_logits is not None else ():
+                    on_logits(col - T0, rows[col])  # kept per column: the hook sees them after the launch
+                logits = rows[t + m - 1]
+                t += m
             else:
                 logits = self.step()
+                t += 1
         if on_logits is not None:
             on_logits(n - 1, logits)
         return self.out[:, :T0 + n]

@@ -8,6 +8,7 @@ PATHS = {
     "static_graph": "transformerop.decode.static_graph:StaticGraph",
     "compiled": "transformerop.decode.compiled:Compiled",
     "fused": "transformerop.decode.fused:Fused",
+    "persistent": "transformerop.decode.persistent:Persistent",
 }
 REFERENCE = "recompute"  # the path every other is checked against (decode/parity.py), and the default
 

@@ -1,0 +1,167 @@
+"""decode=persistent: every decode step up to the window's end in one launch of
+kernels/triton_persistent.py -- a grid of one program per SM that stays resident and runs each
+token's ~5 phases per layer (plus the head and the sample) between grid-wide barriers, sampling on
+the device from the loop's pre-drawn Gumbel noise. The prompt, and the re-prefill when the window
+restarts, go through the model itself into the same static cache (decode/static.py).
+
+Its weights are restacked once, layer-major, when the path is built (one copy of the model's
+weights: the kernel walks the layers by offset)."""
+import logging
+import os
+
+import torch
+import triton
+
+from ..errors import BackendUnavailable
+from .base import model_device
+from .static import Static
+
+log = logging.getLogger(__name__)
+
+REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)
+NUM_WARPS = 4
+MAX_SPLITS = 8  # attention splits per (row, head): the proj phase combines them all in registers
+SPLIT_SLOTS = 32  # the fewest cache slots worth a split of their own
+MAX_VOCAB = 4096  # the sample phase holds a whole row of logits in one program
+
+
+def _pow2(n: int) -> int:
+    return triton.next_power_of_2(max(1, int(n)))
+
+
+def _prev_pow2(n: int) -> int:
+    return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, budget: int) -> dict:
+    """Tiles from the shape. Each matvec phase takes the output tile BN (and the reduction chunk
+    BK that the register budget -- fp32 values per program -- then allows) with the fewest rounds
+    of loads per program, each round a full trip to L2: ceil(tiles / programs) * ceil(K / BK);
+    among equals the smallest BN, which keeps the most programs (and their bandwidth) busy.
+    Attention splits the cache so that its items number about one per program."""
+    b_pad, D = _pow2(batch), C // H
+    splits = max(1, min(MAX_SPLITS, programs // (batch * H), triton.cdiv(W, SPLIT_SLOTS)))
+    s_pad = _pow2(splits)
+    t = {"B_PAD": b_pad, "S": splits, "S_PAD": s_pad, "BD": _pow2(D), "VP": _pow2(V), "CP": _pow2(C)}
+    t["CH"] = max(1, min(t["VP"], budget // t["VP"]))
+    t["BT"] = min(_pow2(triton.cdiv(W, splits)), max(16, _prev_pow2(budget // t["BD"])))
+    for name, N, K, extra in (("QKV", 3 * C, C, 1), ("O", C, C, s_pad), ("FC", 4 * C, C, 1), ("P2", C, 4 * C, 1),
+                              ("V", V, C, 1)):
+        best = None
+        for bn in (1 << i for i in range(_pow2(N).bit_length())):
+            bk = max(16, min(_pow2(K), _prev_pow2(budget // (b_pad * max(bn, extra)))))
+            rounds = triton.cdiv(triton.cdiv(N, bn), programs) * triton.cdiv(K, bk)
+            if best is None or rounds < best[0]:
+                best = (rounds, bn, bk)
+        t[f"BN_{name}"], t[f"BK_{name}"] = best[1], best[2]
+    return t
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class Persistent(Static):
+    runs = True  # the loop hands it every step up to the window's end at once (Decoder._run)
+
+    def __init__(self, model, batch_size, dcfg=None):
+        super().__init__(model, batch_size, dcfg)
+        from kernels import triton_persistent  # Triton loads only when this path is chosen
+        self.kern = triton_persistent
+        cfg, dev = model.cfg, model_device(model)
+        dt = next(model.parameters()).dtype
+        C, H, L, V, W = cfg.n_embd, cfg.n_head, cfg.n_layer, model.vocab_size, model.block_size
+        if V > MAX_VOCAB:
+            raise ValueError(f"decode=persistent samples a whole row of logits in one program: vocabulary "
+                             f"{V} > {MAX_VOCAB}; use decode=fused or decode=compiled")
+        self.shape = {"NB": batch_size, "C": C, "H": H, "L": L, "V": V, "W_CACHE": W}
+        # one (L, B, H, W, D) buffer per cache; the model's prefill writes its per-layer views
+        self.kc = torch.stack(self.k)
+        self.vc = torch.stack(self.v)
+        self.k, self.v = list(self.kc.unbind(0)), list(self.vc.unbind(0))
+        blocks = model.blocks
+
+        def stack(get):
+            return torch.stack([get(b).detach() for b in blocks]).contiguous()
+
+        a, f = (lambda b: b.attn), (lambda b: b.mlp)
+        self.w = {"W_QKV": stack(lambda b: a(b).c_attn.weight), "W_O": stack(lambda b: a(b).c_proj.weight),
+                  "W_FC": stack(lambda b: f(b).c_fc.weight), "W_P2": stack(lambda b: f(b).c_proj.weight),
+                  "LN1_W": stack(lambda b: b.ln_1.weight), "LN2_W": stack(lambda b: b.ln_2.weight)}
+        self.bias, self.ln_bias = cfg.bias, model.ln_f.bias is not None
+        dummy = self.w["LN1_W"]  # never read when its flag is off
+        for key, get in (("B_QKV", lambda b: a(b).c_attn.bias), ("B_O", lambda b: a(b).c_proj.bias),
+                         ("B_FC", lambda b: f(b).c_fc.bias), ("B_P2", lambda b: f(b).c_proj.bias),
+                         ("LN1_B", lambda b: b.ln_1.bias), ("LN2_B", lambda b: b.ln_2.bias)):
+            self.w[key] = stack(get) if get(blocks[0]) is not None else dummy
+        self.w.update(WTE=model.wte.weight.detach(), WPE=model.wpe.weight.detach(),
+                      LNF_W=model.ln_f.weight.detach(),
+                      LNF_B=model.ln_f.bias.detach() if self.ln_bias else dummy)
+        self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
+        self.num_warps = NUM_WARPS
+        self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
+        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, REGISTERS_PER_THREAD * 32 * NUM_WARPS))
+        self.bar = torch.zeros(1, device=dev, dtype=torch.int32)
+        self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
+        self.dtype = dt
+
+    def set_tiles(self, tiles: dict) -> None:
+        """Use these tiles (plan()'s keys) and size the scratch buffers for them."""
+        S, B, C, H = tiles["S"], self.batch_size, self.shape["C"], self.shape["H"]
+        dev = self.kc.device
+
+        def scratch(*shape):
+            return torch.zeros(*shape, device=dev, dtype=torch.float32)
+
+        self.tiles = tiles
+        self.buf = {"X": scratch(B, C), "X2": scratch(B, C), "QKV": scratch(B, 3 * C), "PM": scratch(S, B, H),
+                    "PL": scratch(S, B, H), "PA": scratch(S, B, C), "HID": scratch(B, 4 * C)}
+
+    def run(self, out, t, noise, temperature: float, top_k, n: int, profile: bool = False):
+        """n decode steps: feed out[:, t - 1] at the cache position, sample out[:, t], advance t
+        and the position, n times, in one launch. Returns the (n, B, V) logits of those columns
+        (a view of a buffer the next run overwrites) and, with profile, the per-barrier
+        globaltimer stamps (ns)."""
+        total = out.size(1)
+        if self.logits is None or self.logits.size(0) != total:
+            self.logits = torch.zeros(total, self.batch_size, self.shape["V"], device=out.device)
+        phases = self.phases_per_token(self.shape["L"])
+        prof = torch.zeros(1 + n * phases if profile else 1, device=out.device, dtype=torch.int64)
+        greedy = temperature == 0
+        self.bar.zero_()
+        self.kern._decode_run_kernel[(self.programs,)](
+            out, t, self.pos, noise if noise is not None else self.logits, self.logits, self.bar, prof,
+            self.w["WTE"], self.w["WPE"], self.w["LN1_W"], self.w["LN1_B"], self.w["W_QKV"], self.w["B_QKV"],
+            self.w["W_O"], self.w["B_O"], self.w["LN2_W"], self.w["LN2_B"], self.w["W_FC"], self.w["B_FC"],
+            self.w["W_P2"], self.w["B_P2"], self.w["LNF_W"], self.w["LNF_B"], self.kc, self.vc,
+            *self.buf.values(), n, 1.0 if greedy else float(temperature), int(top_k or 0), self.eps, self.scale,
+            **self.shape, TOTAL=total, **self.tiles, HAS_BIAS=self.bias, HAS_LN_B=self.ln_bias, GREEDY=greedy,
+            TOP_K=bool(top_k) and not greedy, PROFILE=profile, num_warps=self.num_warps)
+        return (self.logits, prof) if profile else self.logits
+
+    @staticmethod
+    def phases_per_token(n_layer: int) -> int:
+        from kernels.triton_persistent import PHASES_PER_LAYER, PHASES_PER_TOKEN_EXTRA
+        return PHASES_PER_LAYER * n_layer + PHASES_PER_TOKEN_EXTRA
+
+    @classmethod
+    def check(cls, cfg, device) -> None:
+        if torch.device(device).type != "cuda" and not interpreting():
+            raise BackendUnavailable("decode=persistent needs CUDA for its Triton kernel (or TRITON_INTERPRET=1, "
+                                     "slowly, one program)")
+        if interpreting() and cfg.train.dtype == "bfloat16":
+            raise BackendUnavailable("decode=persistent in bf16 needs a GPU: the Triton interpreter computes bf16 "
+                                     "wrongly; use train.dtype=float32 there")
+        if cfg.model.name != "gpt":
+            raise ValueError(f"decode=persistent runs GPT blocks; model={cfg.model.name} has none: use a path that "
+                             "runs the model itself")
+
+    @classmethod
+    def kernels_per_token(cls, shape, bf16: bool) -> int:
+        """Grid barriers per token: each costs about what a graph node does (one round trip of
+        the GPU's own scheduling), so the launch term prices them at graph_node_us."""
+        return cls.phases_per_token(shape.n_layer)
+
+    @classmethod
+    def launch_key(cls, device) -> str:
+        return "graph_node_us" if torch.device(device).type == "cuda" else "op_infer_us"
