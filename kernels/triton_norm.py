@@ -20,8 +20,10 @@ import triton.language as tl
 from .triton_dropout import kept, row_keys, threshold
 
 ROWS = 4  # forward: rows per program, a ROWS x next_pow2(C) tile
-# backward on a GPU: rows per tile, tiles per program (a loop), warps per program
-BWD_ROWS, BWD_TILES, BWD_WARPS = 4, 1, 4
+# backward on a GPU: rows per tile, tiles per program (a loop), warps per program. Two-row tiles
+# on two warps, four per program: the kernel alone at 16,384 x 384 took 31.5 us against 50 us for
+# four-row tiles on four warps (experiments/results/h200-2026-12-01b/logs/call8_bwd_tile_profile.txt)
+BWD_ROWS, BWD_TILES, BWD_WARPS = 2, 4, 2
 
 
 @triton.jit
