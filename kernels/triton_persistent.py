@@ -29,8 +29,10 @@ program there and every barrier passes at once: the same code runs on CPU in the
 import triton
 import triton.language as tl
 
-PHASES_PER_LAYER = 5
-PHASES_PER_TOKEN_EXTRA = 2  # head, sample
+LAYER_PHASES = ("qkv", "attention", "proj", "fc", "proj2")
+TOKEN_PHASES = ("head", "sample")
+PHASES_PER_LAYER = len(LAYER_PHASES)
+PHASES_PER_TOKEN_EXTRA = len(TOKEN_PHASES)
 NEG = -1.0e30  # a finite "minus infinity": an empty split's max (exp(NEG - NEG) must not be NaN)
 
 
@@ -240,7 +242,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, PROF,
             vc = VC + layer * NB * H * W_CACHE * D
             _matvec(pid, nprog, X, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, X, QKV,
                     LN1_W + layer * C, LN1_B + layer * C, eps, PM, PL, kc, vc, pos,
-                    NB, 3 * C, C, H, W_CACHE, S, B_PAD, BN_QKV, BK_QKV, S_PAD, 1, HAS_BIAS, HAS_LN_B, False, False, True)
+                    NB, 3 * C, C, H, W_CACHE, S, B_PAD, BN_QKV, BK_QKV, S_PAD, 1, HAS_BIAS, HAS_LN_B, False, False,
+                    True)
             base = done + layer * PHASES_PER_LAYER
             _grid_sync(BAR, (base + 1) * nprog)
             _stamp(PROF, i * PHASES + layer * PHASES_PER_LAYER + 1, PROFILE)

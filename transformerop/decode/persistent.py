@@ -102,6 +102,7 @@ class Persistent(Static):
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
         self.set_tiles(plan(C, H, V, W, batch_size, self.programs, REGISTERS_PER_THREAD * 32 * NUM_WARPS))
         self.bar = torch.zeros(1, device=dev, dtype=torch.int32)
+        self.stamps = None  # a list while phase_profile runs
         self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
         self.dtype = dt
 
@@ -117,15 +118,16 @@ class Persistent(Static):
         self.buf = {"X": scratch(B, C), "X2": scratch(B, C), "QKV": scratch(B, 3 * C), "PM": scratch(S, B, H),
                     "PL": scratch(S, B, H), "PA": scratch(S, B, C), "HID": scratch(B, 4 * C)}
 
-    def run(self, out, t, noise, temperature: float, top_k, n: int, profile: bool = False):
+    def run(self, out, t, noise, temperature: float, top_k, n: int):
         """n decode steps: feed out[:, t - 1] at the cache position, sample out[:, t], advance t
-        and the position, n times, in one launch. Returns the (n, B, V) logits of those columns
-        (a view of a buffer the next run overwrites) and, with profile, the per-barrier
-        globaltimer stamps (ns)."""
+        and the position, n times, in one launch. Returns the (total, B, V) logits by output
+        column (a buffer the next run overwrites). Under phase_profile each launch also keeps its
+        barriers' globaltimer stamps (ns)."""
         total = out.size(1)
         if self.logits is None or self.logits.size(0) != total:
             self.logits = torch.zeros(total, self.batch_size, self.shape["V"], device=out.device)
         phases = self.phases_per_token(self.shape["L"])
+        profile = self.stamps is not None
         prof = torch.zeros(1 + n * phases if profile else 1, device=out.device, dtype=torch.int64)
         greedy = temperature == 0
         self.bar.zero_()
@@ -137,7 +139,29 @@ class Persistent(Static):
             *self.buf.values(), n, 1.0 if greedy else float(temperature), int(top_k or 0), self.eps, self.scale,
             **self.shape, TOTAL=total, **self.tiles, HAS_BIAS=self.bias, HAS_LN_B=self.ln_bias, GREEDY=greedy,
             TOP_K=bool(top_k) and not greedy, PROFILE=profile, num_warps=self.num_warps)
-        return (self.logits, prof) if profile else self.logits
+        if profile:
+            self.stamps.append(prof)
+        return self.logits
+
+    def phase_profile(self, dec, prompt) -> dict:
+        """One generation with every barrier time-stamped (program 0 reads the GPU's globaltimer
+        after each): µs per token in each kind of phase, its share of the token, and the phases
+        per token. A phase's time includes the barrier that ends it."""
+        k, L = self.kern, self.shape["L"]
+        names = [*k.LAYER_PHASES * L, *k.TOKEN_PHASES]
+        self.stamps = []
+        try:
+            dec(prompt)
+        finally:
+            stamps, self.stamps = self.stamps, None
+        d = torch.cat([torch.diff(s.double()).view(-1, len(names)) for s in stamps])  # (steps, phases) ns
+        per_kind = {}
+        for j, name in enumerate(names):
+            per_kind[name] = per_kind.get(name, 0.0) + d[:, j].mean().item() / 1e3
+        total = sum(per_kind.values())
+        return {**{f"phase_us_{n}": v for n, v in per_kind.items()},
+                **{f"phase_share_{n}": v / total for n, v in per_kind.items()},
+                "phases_per_token": len(names), "phase_us_per_token": total, "phase_steps": d.size(0)}
 
     @staticmethod
     def phases_per_token(n_layer: int) -> int:
