@@ -31,9 +31,10 @@ import triton.language as tl
 
 LAYER_PHASES = ("qkv", "attention", "proj", "fc", "proj2")
 TOKEN_PHASES = ("head", "sample")
-PHASES_PER_LAYER = len(LAYER_PHASES)
-PHASES_PER_TOKEN_EXTRA = len(TOKEN_PHASES)
-NEG = -1.0e30  # a finite "minus infinity": an empty split's max (exp(NEG - NEG) must not be NaN)
+# module constants a @triton.jit body reads must be tl.constexpr
+PHASES_PER_LAYER = tl.constexpr(len(LAYER_PHASES))
+PHASES_PER_TOKEN_EXTRA = tl.constexpr(len(TOKEN_PHASES))
+NEG = tl.constexpr(-1.0e30)  # a finite "minus infinity": an empty split's max (exp(NEG - NEG) must not be NaN)
 
 
 @triton.jit

@@ -166,7 +166,7 @@ class Persistent(Static):
     @staticmethod
     def phases_per_token(n_layer: int) -> int:
         from kernels.triton_persistent import PHASES_PER_LAYER, PHASES_PER_TOKEN_EXTRA
-        return PHASES_PER_LAYER * n_layer + PHASES_PER_TOKEN_EXTRA
+        return PHASES_PER_LAYER.value * n_layer + PHASES_PER_TOKEN_EXTRA.value
 
     @classmethod
     def check(cls, cfg, device) -> None:
