@@ -38,14 +38,27 @@ NEG = tl.constexpr(-1.0e30)  # a finite "minus infinity": an empty split's max (
 
 
 @triton.jit
-def _grid_sync(BAR, target):
+def _acquire_load(BAR):
+    return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [BAR], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _grid_sync(BAR, target, SPIN: tl.constexpr):
     """Wait until every program has arrived here `target // num_programs` times. The release add
-    publishes this program's stores; the acquire loads make the others' visible."""
+    publishes this program's stores; the acquire reads make the others' visible. SPIN 1 polls
+    with acquire loads (no read-modify-write traffic on the counter's L2 line while the last
+    programs try to arrive), SPIN 0 with atomic adds of 0 (what the interpreter can run)."""
     tl.debug_barrier()  # every thread of this program has issued its stores
     tl.atomic_add(BAR, 1, sem="release", scope="gpu")
-    seen = tl.atomic_add(BAR, 0, sem="acquire", scope="gpu")
-    while seen < target:
+    if SPIN == 1:
+        seen = _acquire_load(BAR)
+        while seen < target:
+            seen = _acquire_load(BAR)
+    else:
         seen = tl.atomic_add(BAR, 0, sem="acquire", scope="gpu")
+        while seen < target:
+            seen = tl.atomic_add(BAR, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
 
 
@@ -217,7 +230,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, PROF,
                        BK_P2: tl.constexpr, BN_V: tl.constexpr, BK_V: tl.constexpr, BT: tl.constexpr,
                        BD: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
                        HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr,
-                       PROFILE: tl.constexpr):
+                       PROFILE: tl.constexpr, SPIN: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end)."""
     pid = tl.program_id(0)
@@ -232,7 +245,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, PROF,
         x = tl.load(WTE + token * C + offs_c, mask=offs_c < C, other=0.0).to(tl.float32) + \
             tl.load(WPE + pos0 * C + offs_c, mask=offs_c < C, other=0.0).to(tl.float32)
         tl.store(X + b * C + offs_c, x, mask=offs_c < C)
-    _grid_sync(BAR, nprog)
+    _grid_sync(BAR, nprog, SPIN)
     _stamp(PROF, 0, PROFILE)
     for i in range(n_steps):
         t = t0 + i
@@ -246,35 +259,35 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, PROF,
                     NB, 3 * C, C, H, W_CACHE, S, B_PAD, BN_QKV, BK_QKV, S_PAD, 1, HAS_BIAS, HAS_LN_B, False, False,
                     True)
             base = done + layer * PHASES_PER_LAYER
-            _grid_sync(BAR, (base + 1) * nprog)
+            _grid_sync(BAR, (base + 1) * nprog, SPIN)
             _stamp(PROF, i * PHASES + layer * PHASES_PER_LAYER + 1, PROFILE)
             _attention(pid, nprog, QKV, kc, vc, PM, PL, PA, pos, scale, NB, H, D, W_CACHE, S, BT, BD)
-            _grid_sync(BAR, (base + 2) * nprog)
+            _grid_sync(BAR, (base + 2) * nprog, SPIN)
             _stamp(PROF, i * PHASES + layer * PHASES_PER_LAYER + 2, PROFILE)
             _matvec(pid, nprog, PA, W_O + layer * C * C, B_O + layer * C, X, X2, LN1_W, LN1_B, eps, PM, PL,
                     kc, vc, pos, NB, C, C, H, W_CACHE, S, B_PAD, BN_O, BK_O, S_PAD, 2, HAS_BIAS, False, False, True,
                     False)
-            _grid_sync(BAR, (base + 3) * nprog)
+            _grid_sync(BAR, (base + 3) * nprog, SPIN)
             _stamp(PROF, i * PHASES + layer * PHASES_PER_LAYER + 3, PROFILE)
             _matvec(pid, nprog, X2, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C, X2, HID,
                     LN2_W + layer * C, LN2_B + layer * C, eps, PM, PL, kc, vc, pos,
                     NB, 4 * C, C, H, W_CACHE, S, B_PAD, BN_FC, BK_FC, S_PAD, 1, HAS_BIAS, HAS_LN_B, True, False,
                     False)
-            _grid_sync(BAR, (base + 4) * nprog)
+            _grid_sync(BAR, (base + 4) * nprog, SPIN)
             _stamp(PROF, i * PHASES + layer * PHASES_PER_LAYER + 4, PROFILE)
             _matvec(pid, nprog, HID, W_P2 + layer * 4 * C * C, B_P2 + layer * C, X2, X, LN1_W, LN1_B, eps, PM, PL,
                     kc, vc, pos, NB, C, 4 * C, H, W_CACHE, S, B_PAD, BN_P2, BK_P2, S_PAD, 0, HAS_BIAS, False, False,
                     True, False)
-            _grid_sync(BAR, (base + 5) * nprog)
+            _grid_sync(BAR, (base + 5) * nprog, SPIN)
             _stamp(PROF, i * PHASES + layer * PHASES_PER_LAYER + 5, PROFILE)
         logits = LOGITS + t * NB * V
         _matvec(pid, nprog, X, WTE, WTE, X, logits, LNF_W, LNF_B, eps, PM, PL, KC, VC, pos,
                 NB, V, C, H, W_CACHE, S, B_PAD, BN_V, BK_V, S_PAD, 1, False, HAS_LN_B, False, False, False)
-        _grid_sync(BAR, (done + PHASES - 1) * nprog)
+        _grid_sync(BAR, (done + PHASES - 1) * nprog, SPIN)
         _stamp(PROF, i * PHASES + PHASES - 1, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, X, pos + 1, temperature, top_k,
                       NB, V, C, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)
-        _grid_sync(BAR, (done + PHASES) * nprog)
+        _grid_sync(BAR, (done + PHASES) * nprog, SPIN)
         _stamp(PROF, i * PHASES + PHASES, PROFILE)
     if pid == 0:
         tl.store(T_PTR, t0 + n_steps)

@@ -58,7 +58,7 @@ print("SAMPLED_NO_TOP_K", torch.equal(*plain))
 # splits each looping over slot blocks, top-k candidate chunks
 m = model(False, 64, 64)
 prompt = torch.randint(20, (3, 40))
-tiles = {{**plan(64, 4, 20, 64, 3, 1, 8192), "S": 2, "S_PAD": 2, "BT": 16, "BN_QKV": 64, "BK_QKV": 32,
+tiles = {{**plan(64, 4, 20, 64, 3, 1), "S": 2, "S_PAD": 2, "BT": 16, "BN_QKV": 64, "BK_QKV": 32,
          "BN_O": 16, "BK_O": 32, "BN_FC": 64, "BN_P2": 16, "BK_P2": 64, "BN_V": 8, "CH": 8}}
 ref, _ = run(m, "recompute", 3, 40 + 8, temperature=0)
 _, static_logits = run(m, "static", 3, 40 + 8, temperature=0)
@@ -102,7 +102,7 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt():
 def test_plan_fits_the_register_budget_and_covers_every_output():
     from transformerop.decode.persistent import plan
     for C, H, W, batch in ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1536, 24, 1024, 8)):
-        t = plan(C, H, 65, W, batch, 132, 8192)
+        t = plan(C, H, 65, W, batch, 132)
         for name, extra in (("QKV", 1), ("O", t["S_PAD"]), ("FC", 1), ("P2", 1), ("V", 1)):
             assert t["B_PAD"] * max(t[f"BN_{name}"], extra) * t[f"BK_{name}"] <= 8192, (C, batch, name)
         assert t["S"] * t["BT"] >= W or t["BT"] * t["BD"] >= 8192 // 2  # one load round per split, or the budget

@@ -33,16 +33,20 @@ def _prev_pow2(n: int) -> int:
     return 1 << (max(1, int(n)).bit_length() - 1)
 
 
-def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, budget: int) -> dict:
+def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int = NUM_WARPS,
+         max_splits: int = MAX_SPLITS, budget: int | None = None) -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN (and the reduction chunk
     BK that the register budget -- fp32 values per program -- then allows) with the fewest rounds
     of loads per program, each round a full trip to L2: ceil(tiles / programs) * ceil(K / BK);
     among equals the smallest BN, which keeps the most programs (and their bandwidth) busy.
-    Attention splits the cache so that its items number about one per program."""
+    Attention splits the cache so that its items number about one per program. The grid
+    barrier polls with acquire loads on a GPU (SPIN 1); the interpreter runs the atomic form."""
+    budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
     b_pad, D = _pow2(batch), C // H
-    splits = max(1, min(MAX_SPLITS, programs // (batch * H), triton.cdiv(W, SPLIT_SLOTS)))
+    splits = max(1, min(max_splits, programs // (batch * H), triton.cdiv(W, SPLIT_SLOTS)))
     s_pad = _pow2(splits)
-    t = {"B_PAD": b_pad, "S": splits, "S_PAD": s_pad, "BD": _pow2(D), "VP": _pow2(V), "CP": _pow2(C)}
+    t = {"B_PAD": b_pad, "S": splits, "S_PAD": s_pad, "BD": _pow2(D), "VP": _pow2(V), "CP": _pow2(C),
+         "SPIN": 0 if interpreting() else 1, "num_warps": num_warps}
     t["CH"] = max(1, min(t["VP"], budget // t["VP"]))
     t["BT"] = min(_pow2(triton.cdiv(W, splits)), max(16, _prev_pow2(budget // t["BD"])))
     for name, N, K, extra in (("QKV", 3 * C, C, 1), ("O", C, C, s_pad), ("FC", 4 * C, C, 1), ("P2", C, 4 * C, 1),
@@ -98,9 +102,8 @@ class Persistent(Static):
                       LNF_W=model.ln_f.weight.detach(),
                       LNF_B=model.ln_f.bias.detach() if self.ln_bias else dummy)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
-        self.num_warps = NUM_WARPS
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
-        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, REGISTERS_PER_THREAD * 32 * NUM_WARPS))
+        self.set_tiles(plan(C, H, V, W, batch_size, self.programs))
         self.bar = torch.zeros(1, device=dev, dtype=torch.int32)
         self.stamps = None  # a list while phase_profile runs
         self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
@@ -138,7 +141,7 @@ class Persistent(Static):
             self.w["W_P2"], self.w["B_P2"], self.w["LNF_W"], self.w["LNF_B"], self.kc, self.vc,
             *self.buf.values(), n, 1.0 if greedy else float(temperature), int(top_k or 0), self.eps, self.scale,
             **self.shape, TOTAL=total, **self.tiles, HAS_BIAS=self.bias, HAS_LN_B=self.ln_bias, GREEDY=greedy,
-            TOP_K=bool(top_k) and not greedy, PROFILE=profile, num_warps=self.num_warps)
+            TOP_K=bool(top_k) and not greedy, PROFILE=profile)
         if profile:
             self.stamps.append(prof)
         return self.logits
