@@ -54,12 +54,14 @@ print("SAMPLED", torch.equal(*sampled))
 plain = [run(m, p, 2, 12, temperature=1.3)[0] for p in ("recompute", "persistent")]
 print("SAMPLED_NO_TOP_K", torch.equal(*plain))
 # a bias-free model, batch 3, 40 cached tokens, with hand-set tiles so that every loop of the
-# kernel runs more than once: several tiles per program, reduction chunks (BK < K), two attention
-# splits each looping over slot blocks, top-k candidate chunks
+# kernel runs more than once: several tiles per program, reduction chunks (BK < K), output chunks
+# in the MLP's second product, two attention splits each looping over slot blocks, top-k candidate
+# chunks (the first model ran the other form of every phase: one tile, its weights loaded ahead)
 m = model(False, 64, 64)
 prompt = torch.randint(20, (3, 40))
-tiles = {{**plan(64, 4, 20, 64, 3, 1), "S": 2, "S_PAD": 2, "BT": 16, "BN_QKV": 64, "BK_QKV": 32,
-         "BN_O": 16, "BK_O": 32, "BN_FC": 64, "BN_P2": 16, "BK_P2": 64, "BN_V": 8, "CH": 8}}
+tiles = {{**plan(64, 4, 20, 64, 3, 1), "S": 2, "S_PAD": 2, "BT": 16, "BN_QKV": 64, "BK_QKV": 32, "BN_O": 16,
+         "BK_O": 32, "BN_FC": 64, "BK_FC": 32, "BC_FC": 16, "BN_V": 8, "CH": 8,
+         "ONE_QKV": False, "ONE_O": False, "ONE_FC": False, "ONE_V": False}}
 ref, _ = run(m, "recompute", 3, 40 + 8, temperature=0)
 _, static_logits = run(m, "static", 3, 40 + 8, temperature=0)
 mine, mine_logits = run(m, "persistent", 3, 40 + 8, tiles=tiles, temperature=0)
@@ -103,8 +105,10 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     from transformerop.decode.persistent import plan
     for C, H, W, batch in ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1536, 24, 1024, 8)):
         t = plan(C, H, 65, W, batch, 132)
-        for name, extra in (("QKV", 1), ("O", t["S_PAD"]), ("FC", 1), ("P2", 1), ("V", 1)):
+        for name, N, K, extra in (("QKV", 3 * C, C, 1), ("O", C, C, t["S_PAD"]), ("FC", 4 * C, C, 1), ("V", 65, C, 1)):
             assert t["B_PAD"] * max(t[f"BN_{name}"], extra) * t[f"BK_{name}"] <= 8192, (C, batch, name)
+            # a phase that loads its one tile ahead really has one tile per program and one chunk
+            assert not t[f"ONE_{name}"] or (-(-N // t[f"BN_{name}"]) <= 132 and t[f"BK_{name}"] >= K)
         assert t["S"] * t["BT"] >= W or t["BT"] * t["BD"] >= 8192 // 2  # one load round per split, or the budget
         assert t["S"] * batch * H <= 132 or t["S"] == 1
 

@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)
 NUM_WARPS = 4
 MAX_SPLITS = 8  # attention splits per (row, head): the proj phase combines them all in registers
-SPLIT_SLOTS = 32  # the fewest cache slots worth a split of their own
 MAX_VOCAB = 4096  # the sample phase holds a whole row of logits in one program
 
 
@@ -38,26 +37,28 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     """Tiles from the shape. Each matvec phase takes the output tile BN (and the reduction chunk
     BK that the register budget -- fp32 values per program -- then allows) with the fewest rounds
     of loads per program, each round a full trip to L2: ceil(tiles / programs) * ceil(K / BK);
-    among equals the smallest BN, which keeps the most programs (and their bandwidth) busy.
-    Attention splits the cache so that its items number about one per program. The grid
-    barrier polls with acquire loads on a GPU (SPIN 1); the interpreter runs the atomic form."""
+    among equals the smallest BN, which keeps the most programs (and their bandwidth) busy. A
+    phase that then needs one round (ONE) loads its weights before the barrier that opens it.
+    Attention splits the cache into as few splits as let each split load its slots in one round
+    (each split costs the proj phase's combine more registers and loads)."""
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
     b_pad, D = _pow2(batch), C // H
-    splits = max(1, min(max_splits, programs // (batch * H), triton.cdiv(W, SPLIT_SLOTS)))
+    bt_max = max(16, _prev_pow2(budget // _pow2(D)))  # cache slots one load round holds
+    splits = max(1, min(max_splits, programs // (batch * H), triton.cdiv(W, bt_max)))
     s_pad = _pow2(splits)
     t = {"B_PAD": b_pad, "S": splits, "S_PAD": s_pad, "BD": _pow2(D), "VP": _pow2(V), "CP": _pow2(C),
-         "SPIN": 0 if interpreting() else 1, "num_warps": num_warps}
+         "num_warps": num_warps}
     t["CH"] = max(1, min(t["VP"], budget // t["VP"]))
-    t["BT"] = min(_pow2(triton.cdiv(W, splits)), max(16, _prev_pow2(budget // t["BD"])))
-    for name, N, K, extra in (("QKV", 3 * C, C, 1), ("O", C, C, s_pad), ("FC", 4 * C, C, 1), ("P2", C, 4 * C, 1),
-                              ("V", V, C, 1)):
+    t["BT"] = min(_pow2(triton.cdiv(W, splits)), bt_max)
+    for name, N, K, extra in (("QKV", 3 * C, C, 1), ("O", C, C, s_pad), ("FC", 4 * C, C, 1), ("V", V, C, 1)):
         best = None
         for bn in (1 << i for i in range(_pow2(N).bit_length())):
             bk = max(16, min(_pow2(K), _prev_pow2(budget // (b_pad * max(bn, extra)))))
             rounds = triton.cdiv(triton.cdiv(N, bn), programs) * triton.cdiv(K, bk)
             if best is None or rounds < best[0]:
                 best = (rounds, bn, bk)
-        t[f"BN_{name}"], t[f"BK_{name}"] = best[1], best[2]
+        t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[1], best[2], best[0] == 1
+    t["BC_FC"] = t["BK_FC"]  # the MLP's second product, (units x outputs), has the first one's size
     return t
 
 
@@ -90,7 +91,7 @@ class Persistent(Static):
 
         a, f = (lambda b: b.attn), (lambda b: b.mlp)
         self.w = {"W_QKV": stack(lambda b: a(b).c_attn.weight), "W_O": stack(lambda b: a(b).c_proj.weight),
-                  "W_FC": stack(lambda b: f(b).c_fc.weight), "W_P2": stack(lambda b: f(b).c_proj.weight),
+                  "W_FC": stack(lambda b: f(b).c_fc.weight), "W_P2T": stack(lambda b: f(b).c_proj.weight.t()),
                   "LN1_W": stack(lambda b: b.ln_1.weight), "LN2_W": stack(lambda b: b.ln_2.weight)}
         self.bias, self.ln_bias = cfg.bias, model.ln_f.bias is not None
         dummy = self.w["LN1_W"]  # never read when its flag is off
@@ -119,7 +120,7 @@ class Persistent(Static):
 
         self.tiles = tiles
         self.buf = {"X": scratch(B, C), "X2": scratch(B, C), "QKV": scratch(B, 3 * C), "PM": scratch(S, B, H),
-                    "PL": scratch(S, B, H), "PA": scratch(S, B, C), "HID": scratch(B, 4 * C)}
+                    "PL": scratch(S, B, H), "PA": scratch(S, B, C)}
 
     def run(self, out, t, noise, temperature: float, top_k, n: int):
         """n decode steps: feed out[:, t - 1] at the cache position, sample out[:, t], advance t
@@ -138,7 +139,7 @@ class Persistent(Static):
             out, t, self.pos, noise if noise is not None else self.logits, self.logits, self.bar, prof,
             self.w["WTE"], self.w["WPE"], self.w["LN1_W"], self.w["LN1_B"], self.w["W_QKV"], self.w["B_QKV"],
             self.w["W_O"], self.w["B_O"], self.w["LN2_W"], self.w["LN2_B"], self.w["W_FC"], self.w["B_FC"],
-            self.w["W_P2"], self.w["B_P2"], self.w["LNF_W"], self.w["LNF_B"], self.kc, self.vc,
+            self.w["W_P2T"], self.w["B_P2"], self.w["LNF_W"], self.w["LNF_B"], self.kc, self.vc,
             *self.buf.values(), n, 1.0 if greedy else float(temperature), int(top_k or 0), self.eps, self.scale,
             **self.shape, TOTAL=total, **self.tiles, HAS_BIAS=self.bias, HAS_LN_B=self.ln_bias, GREEDY=greedy,
             TOP_K=bool(top_k) and not greedy, PROFILE=profile)
