@@ -107,7 +107,7 @@ def _matvec(pid, nprog, w_pre, IN, W, BIAS, RES, OUT, OUT2, BIAS2, LN_W, LN_B, e
     for tile in range(pid, tl.cdiv(N, BN), nprog):
         offs_n = tile * BN + tl.arange(0, BN)
         n_ok = offs_n < N
-        acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
+        acc3 = tl.zeros([B_PAD, BN, BK], dtype=tl.float32)  # reduced once, after the last chunk
         for k0 in range(0, K, BK):
             x = _input(IN, k0, LN_W, LN_B, eps, mean, rstd, PM, PL, NB, K, H, S, B_PAD, BK, S_PAD, MODE, ONE,
                        HAS_LN_B)
@@ -117,7 +117,8 @@ def _matvec(pid, nprog, w_pre, IN, W, BIAS, RES, OUT, OUT2, BIAS2, LN_W, LN_B, e
                 offs_k = k0 + tl.arange(0, BK)
                 w = tl.load(W + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & (offs_k < K)[None, :],
                             other=0.0).to(tl.float32)
-            acc += tl.sum(x[:, None, :] * w[None, :, :], 2)
+            acc3 += x[:, None, :] * w[None, :, :]
+        acc = tl.sum(acc3, 2)
         if HAS_BIAS:
             acc += tl.load(BIAS + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         out_ok = row_ok[:, None] & n_ok[None, :]
@@ -156,7 +157,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X2, W_FC, B_FC, W_P2T, X, LN_W, LN_B, eps
     for tile in range(pid, tl.cdiv(4 * C, BN), nprog):
         offs_n = tile * BN + tl.arange(0, BN)
         n_ok = offs_n < 4 * C
-        h = tl.zeros([B_PAD, BN], dtype=tl.float32)
+        h3 = tl.zeros([B_PAD, BN, BK], dtype=tl.float32)  # reduced once, after the last chunk
         for k0 in range(0, C, BK):
             x = _input(X2, k0, LN_W, LN_B, eps, mean, rstd, X2, X2, NB, C, 1, 1, B_PAD, BK, 1, 1, ONE, HAS_LN_B)
             if ONE:
@@ -165,7 +166,8 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X2, W_FC, B_FC, W_P2T, X, LN_W, LN_B, eps
                 offs_k = k0 + tl.arange(0, BK)
                 w = tl.load(W_FC + offs_n[:, None] * C + offs_k[None, :],
                             mask=n_ok[:, None] & (offs_k < C)[None, :], other=0.0).to(tl.float32)
-            h += tl.sum(x[:, None, :] * w[None, :, :], 2)
+            h3 += x[:, None, :] * w[None, :, :]
+        h = tl.sum(h3, 2)
         if HAS_BIAS:
             h += tl.load(B_FC + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         h = 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))  # exact (erf) GELU, as F.gelu

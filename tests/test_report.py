@@ -136,6 +136,30 @@ def test_goals_set_the_best_matching_row_beside_the_reference(tmp_path):
     assert "| decode=compiled | missed by 50% |" in R.report([sweep], use_wandb=False)["md"].read_text()
 
 
+def test_an_every_row_goal_is_judged_on_its_worst_row_against_the_paired_baseline(tmp_path):
+    """`every: true`: each persistent row against the compiled row of its own batch size; the
+    worst decides, and the bound is that row's in-kernel phase profile."""
+    goals = [{"what": "1.5x compiled everywhere", "metric": "median_ms", "where": "decode=persistent",
+              "goal_x_baseline": 1.5, "every": True}]
+    sweep = tmp_path / "s"
+    phases = {"phase_us_per_token": 40.0, "phases_per_token": 20, "phase_us_qkv": 25.0, "phase_us_head": 15.0}
+    rows = [("compiled", 1, 2.0, {}), ("compiled", 4, 2.0, {}), ("persistent", 1, 0.5, phases),
+            ("persistent", 4, 1.6, phases)]
+    for i, (dec, b, ms, extra) in enumerate(rows):
+        job(sweep, i, [f"decode={dec}", f"generate.batch_size={b}"], study=("decode_speed", "decode=compiled"),
+            goals=goals, timings={"generate": timing(ms, 0.01)}, metrics={"tok_per_s": 1000 * b / ms, **extra})
+    md = R.report([sweep], use_wandb=False)["md"].read_text()
+    line = next(ln for ln in md.splitlines() if ln.startswith("| 1.5x compiled everywhere"))
+    assert "| 1.25x (1.6 median_ms) |" in line  # the worst row (batch 4: 2.0 / 1.6), not the best (4x)
+    assert "| missed at 1 of 2 rows; the worst missed by 17% |" in line
+    assert "in-kernel phases: 40.0 us per token over 20 grid barriers (2.00 us each): qkv 25.0 us, head 15.0 us" in line
+    goals[0]["goal_x_baseline"] = 1.2
+    for i in range(4):
+        f = sweep / str(i) / "results.json"
+        f.write_text(f.read_text().replace('"goal_x_baseline": 1.5', '"goal_x_baseline": 1.2'))
+    assert "| met at all 2 rows |" in R.report([sweep], use_wandb=False)["md"].read_text()
+
+
 def test_start_up_goals_are_bounded_by_their_phases(tmp_path):
     """A start-up goal's bound is the row's phases, longest first (no step kernel table under it);
     a time from launch says how much of it came before the first step."""

@@ -123,8 +123,11 @@ def run(cfg) -> dict:
 
 
 def _decode_rows(cfg, device) -> list:
-    """Every decode path against the reference path on a random GPT, greedy fp32, past
-    block_size (decode/parity.py: same tokens but for float64 near-ties, logits within tolerance)."""
+    """Every decode path against the reference path on a random GPT, past block_size
+    (decode/parity.py): greedy fp32 (same tokens but for float64 near-ties, logits within
+    tolerance) and, on a GPU, bf16 (logits within bf16's tolerance while the tokens agree)."""
+    import copy
+
     from ..decode import PATHS, REFERENCE, Decoder, check
     from ..decode.parity import parity
     from ..measure.reference import Mismatch
@@ -133,22 +136,27 @@ def _decode_rows(cfg, device) -> list:
                                  "train": {"dtype": "float32"}})
     torch.manual_seed(cfg.seed)
     model = build_model(mcfg, 65).to(device).eval()
+    models = {"float32": model}
+    if torch.device(device).type == "cuda":
+        models["bfloat16"] = copy.deepcopy(model).to(torch.bfloat16)
     prompt = torch.randint(65, (3, 5), device=device)
     rows = []
     for path in (p for p in PATHS if p != REFERENCE):
-        pcfg = OmegaConf.merge(mcfg, {"decode": {"name": path}})
-        try:
-            check(pcfg, device)
-        except (BackendUnavailable, ValueError) as e:
-            rows.append([f"decode={path}", "float32", "-", "-", "-", "-", f"skipped: {str(e).splitlines()[0]}"])
-            continue
-        dec = Decoder(model, path, 3, 5 + 70, temperature=0, dcfg=pcfg.decode)
-        try:
-            p = parity(model, dec, prompt, 70, "float32")
-            err, result, tol = f"{p['parity_rel_logit_diff']:.2e}", "pass", f"{p['parity_tolerance']:g}, same tokens"
-        except Mismatch as e:
-            err, result, tol = str(e)[:60], "FAIL", "-"
-        rows.append([f"decode={path}", "float32", err, "-", tol, "(3, 5+70, W=32)", result])
+        for dtype, m in models.items():
+            pcfg = OmegaConf.merge(mcfg, {"decode": {"name": path}, "train": {"dtype": dtype}})
+            try:
+                check(pcfg, device)
+            except (BackendUnavailable, ValueError) as e:
+                rows.append([f"decode={path}", dtype, "-", "-", "-", "-", f"skipped: {str(e).splitlines()[0]}"])
+                continue
+            dec = Decoder(m, path, 3, 5 + 70, temperature=0, dcfg=pcfg.decode)
+            try:
+                p = parity(m, dec, prompt, 70, dtype)
+                same = ", same tokens" if dtype == "float32" else f", {p['parity_tokens_agree']}/70 tokens agree"
+                err, result, tol = f"{p['parity_rel_logit_diff']:.2e}", "pass", f"{p['parity_tolerance']:g}{same}"
+            except Mismatch as e:
+                err, result, tol = str(e)[:60], "FAIL", "-"
+            rows.append([f"decode={path}", dtype, err, "-", tol, "(3, 5+70, W=32)", result])
     return rows
 
 
