@@ -92,11 +92,14 @@ def _matvec(pid, nprog, w_pre, IN, W, BIAS, RES, OUT, OUT2, BIAS2, LN_W, LN_B, e
             NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, H: tl.constexpr, W_CACHE: tl.constexpr,
             S: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, S_PAD: tl.constexpr,
             MODE: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr,
-            RESID: tl.constexpr, HAS_OUT2: tl.constexpr, HAS_BIAS2: tl.constexpr, CACHE: tl.constexpr):
+            RESID: tl.constexpr, HAS_OUT2: tl.constexpr, HAS_BIAS2: tl.constexpr, CACHE: tl.constexpr,
+            DOT: tl.constexpr, PREC: tl.constexpr):
     """OUT[b, n] = (RES[b, n] +) in(b) . W[n, :] (+ BIAS[n]) for every row b < NB, over this
     program's tiles of BN outputs (w_pre: the one tile, when ONE). HAS_OUT2: also OUT2 = OUT
     (+ BIAS2), the start the MLP phase accumulates into. CACHE: the qkv matvec also writes k and
-    v at slot `pos` of the (B, H, W, D) caches."""
+    v at slot `pos` of the (B, H, W, D) caches. DOT: the products on the tensor cores (a batch
+    padded to 16 rows), the activations in the weights' dtype (PREC: the dot's fp32 rounding);
+    else fp32 multiply-adds, which cost nothing to pad at batch 1."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     mean = tl.zeros([B_PAD], dtype=tl.float32)
@@ -107,18 +110,27 @@ def _matvec(pid, nprog, w_pre, IN, W, BIAS, RES, OUT, OUT2, BIAS2, LN_W, LN_B, e
     for tile in range(pid, tl.cdiv(N, BN), nprog):
         offs_n = tile * BN + tl.arange(0, BN)
         n_ok = offs_n < N
-        acc3 = tl.zeros([B_PAD, BN, BK], dtype=tl.float32)  # reduced once, after the last chunk
+        if DOT:
+            acc_t = tl.zeros([BN, B_PAD], dtype=tl.float32)
+        else:
+            acc3 = tl.zeros([B_PAD, BN, BK], dtype=tl.float32)  # reduced once, after the last chunk
         for k0 in range(0, K, BK):
             x = _input(IN, k0, LN_W, LN_B, eps, mean, rstd, PM, PL, NB, K, H, S, B_PAD, BK, S_PAD, MODE, ONE,
                        HAS_LN_B)
             if ONE:
-                w = w_pre.to(tl.float32)
+                w = w_pre
             else:
                 offs_k = k0 + tl.arange(0, BK)
                 w = tl.load(W + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & (offs_k < K)[None, :],
-                            other=0.0).to(tl.float32)
-            acc3 += x[:, None, :] * w[None, :, :]
-        acc = tl.sum(acc3, 2)
+                            other=0.0)
+            if DOT:
+                acc_t = tl.dot(w, tl.trans(x.to(w.dtype)), acc_t, input_precision=PREC)
+            else:
+                acc3 += x[:, None, :] * w.to(tl.float32)[None, :, :]
+        if DOT:
+            acc = tl.trans(acc_t)
+        else:
+            acc = tl.sum(acc3, 2)
         if HAS_BIAS:
             acc += tl.load(BIAS + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         out_ok = row_ok[:, None] & n_ok[None, :]
@@ -142,7 +154,8 @@ def _matvec(pid, nprog, w_pre, IN, W, BIAS, RES, OUT, OUT2, BIAS2, LN_W, LN_B, e
 @triton.jit
 def _mlp(pid, nprog, wfc_pre, wp2_pre, X2, W_FC, B_FC, W_P2T, X, LN_W, LN_B, eps, NB: tl.constexpr,
          C: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr,
-         ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr):
+         ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, DOT: tl.constexpr,
+         PREC: tl.constexpr):
     """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(x2) W_fc^T
     (+b)) for them, and adds their share h W_proj2[:, units]^T into X (which the proj phase set
     to x2 (+ b_proj2)) with fp32 atomics. One barrier less per layer than a separate proj2
@@ -157,17 +170,26 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X2, W_FC, B_FC, W_P2T, X, LN_W, LN_B, eps
     for tile in range(pid, tl.cdiv(4 * C, BN), nprog):
         offs_n = tile * BN + tl.arange(0, BN)
         n_ok = offs_n < 4 * C
-        h3 = tl.zeros([B_PAD, BN, BK], dtype=tl.float32)  # reduced once, after the last chunk
+        if DOT:
+            h_t = tl.zeros([BN, B_PAD], dtype=tl.float32)
+        else:
+            h3 = tl.zeros([B_PAD, BN, BK], dtype=tl.float32)  # reduced once, after the last chunk
         for k0 in range(0, C, BK):
             x = _input(X2, k0, LN_W, LN_B, eps, mean, rstd, X2, X2, NB, C, 1, 1, B_PAD, BK, 1, 1, ONE, HAS_LN_B)
             if ONE:
-                w = wfc_pre.to(tl.float32)
+                w = wfc_pre
             else:
                 offs_k = k0 + tl.arange(0, BK)
                 w = tl.load(W_FC + offs_n[:, None] * C + offs_k[None, :],
-                            mask=n_ok[:, None] & (offs_k < C)[None, :], other=0.0).to(tl.float32)
-            h3 += x[:, None, :] * w[None, :, :]
-        h = tl.sum(h3, 2)
+                            mask=n_ok[:, None] & (offs_k < C)[None, :], other=0.0)
+            if DOT:
+                h_t = tl.dot(w, tl.trans(x.to(w.dtype)), h_t, input_precision=PREC)
+            else:
+                h3 += x[:, None, :] * w.to(tl.float32)[None, :, :]
+        if DOT:
+            h = tl.trans(h_t)
+        else:
+            h = tl.sum(h3, 2)
         if HAS_BIAS:
             h += tl.load(B_FC + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         h = 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))  # exact (erf) GELU, as F.gelu
@@ -175,11 +197,14 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X2, W_FC, B_FC, W_P2T, X, LN_W, LN_B, eps
             offs_c = c0 + tl.arange(0, BC)
             c_ok = offs_c < C
             if ONE:
-                w2 = wp2_pre.to(tl.float32)
+                w2 = wp2_pre
             else:
                 w2 = tl.load(W_P2T + offs_n[:, None] * C + offs_c[None, :], mask=n_ok[:, None] & c_ok[None, :],
-                             other=0.0).to(tl.float32)
-            part = tl.sum(h[:, :, None] * w2[None, :, :], 1)
+                             other=0.0)
+            if DOT:
+                part = tl.dot(h.to(w2.dtype), w2, input_precision=PREC)
+            else:
+                part = tl.sum(h[:, :, None] * w2.to(tl.float32)[None, :, :], 1)
             tl.atomic_add(X + rows[:, None] * C + offs_c[None, :], part, mask=row_ok[:, None] & c_ok[None, :],
                           sem="relaxed", scope="gpu")
 

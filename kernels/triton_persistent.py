@@ -65,7 +65,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, PROF,
                        BK_FC: tl.constexpr, BC_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_V: tl.constexpr,
                        BK_V: tl.constexpr, ONE_V: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
                        VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr, HAS_BIAS: tl.constexpr,
-                       HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr, PROFILE: tl.constexpr):
+                       HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr, PROFILE: tl.constexpr,
+                       DOT: tl.constexpr, PREC: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     weight tile is loaded before the barrier that opens the phase (_weights)."""
@@ -92,25 +93,25 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, PROF,
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, PROFILE)
             _matvec(pid, nprog, w, X, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, X, QKV, X, X,
                     LN1_W + layer * C, LN1_B + layer * C, eps, PM, PL, kc, vc, pos, NB, 3 * C, C, H, W_CACHE, S,
-                    B_PAD, BN_QKV, BK_QKV, S_PAD, 1, ONE_QKV, HAS_BIAS, HAS_LN_B, False, False, False, True)
+                    B_PAD, BN_QKV, BK_QKV, S_PAD, 1, ONE_QKV, HAS_BIAS, HAS_LN_B, False, False, False, True, DOT, PREC)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, PROFILE)
             _attention(pid, nprog, QKV, kc, vc, PM, PL, PA, pos, scale, NB, H, D, W_CACHE, S, BT, BD)
             w = _weights(W_O + layer * C * C, pid, C, C, BN_O, BK_O, ONE_O)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 3, PROF, PROFILE)
             _matvec(pid, nprog, w, PA, W_O + layer * C * C, B_O + layer * C, X, X2, X, B_P2 + layer * C,
                     LN1_W, LN1_B, eps, PM, PL, kc, vc, pos, NB, C, C, H, W_CACHE, S, B_PAD, BN_O, BK_O, S_PAD, 2,
-                    ONE_O, HAS_BIAS, False, True, True, HAS_BIAS, False)
+                    ONE_O, HAS_BIAS, False, True, True, HAS_BIAS, False, DOT, PREC)
             w = _weights(W_FC + layer * 4 * C * C, pid, 4 * C, C, BN_FC, BK_FC, ONE_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid, 4 * C, C, BN_FC, BC_FC, ONE_FC)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 4, PROF, PROFILE)
             _mlp(pid, nprog, w, w2, X2, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C, W_P2T + layer * 4 * C * C,
                  X, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C, B_PAD, BN_FC, BK_FC, BC_FC, ONE_FC, HAS_BIAS,
-                 HAS_LN_B)
+                 HAS_LN_B, DOT, PREC)
         logits = LOGITS + t * NB * V
         w = _weights(WTE, pid, V, C, BN_V, BK_V, ONE_V)
         _grid_sync(BAR, k + PHASES - 1, PROF, PROFILE)
         _matvec(pid, nprog, w, X, WTE, WTE, X, logits, X, X, LNF_W, LNF_B, eps, PM, PL, KC, VC, pos, NB, V, C, H,
-                W_CACHE, S, B_PAD, BN_V, BK_V, S_PAD, 1, ONE_V, False, HAS_LN_B, False, False, False, False)
+                W_CACHE, S, B_PAD, BN_V, BK_V, S_PAD, 1, ONE_V, False, HAS_LN_B, False, False, False, False, DOT, PREC)
         _grid_sync(BAR, k + PHASES, PROF, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, X, pos + 1, temperature, top_k,
                       NB, V, C, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)

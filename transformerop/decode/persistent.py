@@ -42,18 +42,20 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     Attention splits the cache into as few splits as let each split load its slots in one round
     (each split costs the proj phase's combine more registers and loads)."""
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
-    b_pad, D = _pow2(batch), C // H
+    dot = batch > 1  # several rows: the tensor cores (a 16-row tile, padded) instead of per-row FMAs
+    b_pad, D = max(16, _pow2(batch)) if dot else 1, C // H
+    rows = 1 if dot else b_pad  # the products' register cost per weight element
     bt_max = max(16, _prev_pow2(budget // _pow2(D)))  # cache slots one load round holds
     splits = max(1, min(max_splits, programs // (batch * H), triton.cdiv(W, bt_max)))
     s_pad = _pow2(splits)
     t = {"B_PAD": b_pad, "S": splits, "S_PAD": s_pad, "BD": _pow2(D), "VP": _pow2(V), "CP": _pow2(C),
-         "num_warps": num_warps}
+         "num_warps": num_warps, "DOT": dot}
     t["CH"] = max(1, min(t["VP"], budget // t["VP"]))
     t["BT"] = min(_pow2(triton.cdiv(W, splits)), bt_max)
     for name, N, K, extra in (("QKV", 3 * C, C, 1), ("O", C, C, s_pad), ("FC", 4 * C, C, 1), ("V", V, C, 1)):
         best = None
-        for bn in (1 << i for i in range(_pow2(N).bit_length())):
-            bk = max(16, min(_pow2(K), _prev_pow2(budget // (b_pad * max(bn, extra)))))
+        for bn in (1 << i for i in range(4 if dot else 0, max(5, _pow2(N).bit_length()))):
+            bk = max(16, min(_pow2(K), _prev_pow2(budget // (rows * max(bn, extra))), _prev_pow2(budget // b_pad)))
             rounds = triton.cdiv(triton.cdiv(N, bn), programs) * triton.cdiv(K, bk)
             if best is None or rounds < best[0]:
                 best = (rounds, bn, bk)
@@ -144,7 +146,8 @@ class Persistent(Static):
             self.w["W_P2T"], self.w["B_P2"], self.w["LNF_W"], self.w["LNF_B"], self.kc, self.vc,
             *self.buf.values(), n, 1.0 if greedy else float(temperature), int(top_k or 0), self.eps, self.scale,
             **self.shape, TOTAL=total, **self.tiles, HAS_BIAS=self.bias, HAS_LN_B=self.ln_bias, GREEDY=greedy,
-            TOP_K=bool(top_k) and not greedy, PROFILE=profile)
+            TOP_K=bool(top_k) and not greedy, PROFILE=profile,
+            PREC="ieee" if self.dtype == torch.float32 else "tf32")  # the dot's rounding of fp32: none
         if profile:
             self.stamps.append(prof)
         return self.logits
