@@ -49,7 +49,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     splits = max(1, min(max_splits, programs // (batch * H), triton.cdiv(W, bt_max)))
     s_pad = _pow2(splits)
     t = {"B_PAD": b_pad, "S": splits, "S_PAD": s_pad, "BD": _pow2(D), "VP": _pow2(V), "CP": _pow2(C),
-         "num_warps": num_warps, "DOT": dot}
+         "num_warps": num_warps, "num_stages": 1, "DOT": dot}  # no software pipelining: one tile in flight
     t["CH"] = max(1, min(t["VP"], budget // t["VP"]))
     t["BT"] = min(_pow2(triton.cdiv(W, splits)), bt_max)
     for name, N, K, extra in (("QKV", 3 * C, C, 1), ("O", C, C, s_pad), ("FC", 4 * C, C, 1), ("V", V, C, 1)):
