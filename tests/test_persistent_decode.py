@@ -104,16 +104,48 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt():
 
 def test_plan_fits_the_register_budget_and_covers_every_output():
     from transformerop.decode.persistent import plan
+    from transformerop.decode.persistent import REGISTERS_PER_THREAD
     for C, H, W, batch in ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1536, 24, 1024, 8)):
         t = plan(C, H, 65, W, batch, 132)
+        budget = REGISTERS_PER_THREAD * 32 * t["num_warps"]
         for name, N, K, extra in (("QKV", 3 * C, C, 1), ("O", C, C, t["S_PAD"]), ("FC", 4 * C, C, 1), ("V", 65, C, 1)):
             rows = 1 if t["DOT"] else t["B_PAD"]  # the tensor cores' products are not held per row
-            assert rows * max(t[f"BN_{name}"], extra) * t[f"BK_{name}"] <= 8192, (C, batch, name)
+            assert rows * max(t[f"BN_{name}"], extra) * t[f"BK_{name}"] <= budget, (C, batch, name)
             assert not t["DOT"] or t[f"BN_{name}"] >= 16  # a dot's smallest tile
             # a phase that loads its one tile ahead really has one tile per program and one chunk
             assert not t[f"ONE_{name}"] or (-(-N // t[f"BN_{name}"]) <= 132 and t[f"BK_{name}"] >= K)
-        assert t["S"] * t["BT"] >= W or t["BT"] * t["BD"] >= 8192 // 2  # one load round per split, or the budget
+        assert t["S"] * t["BT"] >= W or t["BT"] * t["BD"] >= budget // 2  # one load round per split, or the budget
         assert t["S"] * batch * H <= 132 or t["S"] == 1
+
+
+H200_SHARED_MEMORY = 232448  # bytes one program may use on sm_90 (the launch refuses more)
+
+
+@pytest.mark.parametrize("C,L,H,batch,dtype", [(384, 6, 6, 1, "bf16"), (384, 6, 6, 8, "bf16"),
+                                                (1152, 18, 18, 4, "bf16"), (768, 4, 12, 3, "fp32")])
+def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype):
+    """triton.compile for sm_90 needs no GPU. It catches what the interpreter lets through (a plain
+    module global inside @triton.jit, a dot's operand shapes) and a plan whose shared memory the
+    H200 would refuse at launch (a software-pipelined dot loop once asked for 458 KB)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kernels import triton_persistent as k
+    from transformerop.decode.persistent import plan
+    tiles = plan(C, H, 65, 256, batch, 132)
+    options = {"num_warps": tiles.pop("num_warps"), "num_stages": tiles.pop("num_stages")}
+    const = {"NB": batch, "C": C, "H": H, "L": L, "V": 65, "W_CACHE": 256, "TOTAL": 501, **tiles, "HAS_BIAS": True,
+             "HAS_LN_B": True, "GREEDY": False, "TOP_K": True, "PROFILE": True,
+             "PREC": "ieee" if dtype == "fp32" else "tf32"}
+    fixed = {"OUT": "*i64", "T_PTR": "*i64", "POS_PTR": "*i64", "BAR": "*i32", "PROF": "*i64", "n_steps": "i32",
+             "top_k": "i32", "temperature": "fp32", "eps": "fp32", "scale": "fp32", "NOISE": "*fp32",
+             "LOGITS": "*fp32", "X": "*fp32", "X2": "*fp32", "QKV": "*fp32", "PM": "*fp32", "PL": "*fp32",
+             "PA": "*fp32"}
+    sig = {n: "constexpr" if n in const else fixed.get(n, f"*{dtype}") for n in k._decode_run_kernel.arg_names}
+    compiled = triton.compile(ASTSource(k._decode_run_kernel, sig, const), target=GPUTarget("cuda", 90, 32),
+                              options=options)
+    assert compiled.metadata.shared <= H200_SHARED_MEMORY, compiled.metadata.shared
 
 
 @pytest.mark.gpu

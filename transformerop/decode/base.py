@@ -19,6 +19,8 @@ class DecodePath:
     masked = False  # attends over a preallocated cache under an explicit validity mask
     graphed = False  # on CUDA, one decode step is captured in a CUDA graph and replayed per token
     compiled = False  # one decode step goes through torch.compile(mode="reduce-overhead")
+    runs = False  # run(out, t, noise, temperature, top_k, n): n steps in one call (the loop hands it
+    # every step up to the window's end; it samples and advances t itself)
 
     def __init__(self, model, batch_size: int, dcfg=None):
         self.model, self.batch_size = model, batch_size

@@ -5,7 +5,9 @@ sampled tokens stay on the device, and every branch depends only on host-known l
 that declares `graphed` has its decode step (forward + sampling + bookkeeping) captured once in a
 CUDA graph (graphs.capture) and replayed per token; one that declares `compiled` goes through
 torch.compile(mode="reduce-overhead"). Both happen when the Decoder is built, outside any timed
-region (setup_s).
+region (setup_s). One that declares `runs` is handed every step up to the window's end in one
+call (decode=persistent: one launch) and keeps each column's logits, which the on_logits hook
+then sees after that call.
 
 Beyond block_size (W): the model conditions on a window out[:, start:t] of at most W tokens.
 A prompt longer than W starts with its last W tokens. When the next token would make the window
@@ -129,7 +131,7 @@ class Decoder:
                 logits = self.runner.prefill(self.out[:, start:t])
                 self._emit(logits)
                 t += 1
-            elif getattr(self.runner, "runs", False):  # every step to the window's end in one launch
+            elif self.runner.runs:  # every step to the window's end in one call
                 m = min(end, start + self.W + 1) - t
                 rows = self.runner.run(self.out, self.t, self.noise, self.temperature, self.top_k, m)
                 for col in range(t, t + m - 1) if on_logits is not None else ():

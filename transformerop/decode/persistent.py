@@ -19,7 +19,6 @@ from .static import Static
 log = logging.getLogger(__name__)
 
 REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)
-NUM_WARPS = 4
 MAX_SPLITS = 8  # attention splits per (row, head): the proj phase combines them all in registers
 MAX_VOCAB = 4096  # the sample phase holds a whole row of logits in one program
 
@@ -32,7 +31,7 @@ def _prev_pow2(n: int) -> int:
     return 1 << (max(1, int(n)).bit_length() - 1)
 
 
-def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int = NUM_WARPS,
+def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
          max_splits: int = MAX_SPLITS, budget: int | None = None) -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN (and the reduction chunk
     BK that the register budget -- fp32 values per program -- then allows) with the fewest rounds
@@ -41,6 +40,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     phase that then needs one round (ONE) loads its weights before the barrier that opens it.
     Attention splits the cache into as few splits as let each split load its slots in one round
     (each split costs the proj phase's combine more registers and loads)."""
+    # four warps a program at batch 1; from batch 4 eight, whose doubled register budget holds a
+    # batch's tiles in fewer load rounds (measured at batch 8: 226 against 350 us a token)
+    num_warps = num_warps or (4 if batch < 4 else 8)
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
     dot = batch > 1  # several rows: the tensor cores (a 16-row tile, padded) instead of per-row FMAs
     b_pad, D = max(16, _pow2(batch)) if dot else 1, C // H
@@ -69,7 +71,7 @@ def interpreting() -> bool:
 
 
 class Persistent(Static):
-    runs = True  # the loop hands it every step up to the window's end at once (Decoder._run)
+    runs = True  # the loop hands it every step up to the window's end: one launch
 
     def __init__(self, model, batch_size, dcfg=None):
         super().__init__(model, batch_size, dcfg)
@@ -106,9 +108,7 @@ class Persistent(Static):
                       LNF_B=model.ln_f.bias.detach() if self.ln_bias else dummy)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
-        # four warps a program at batch 1; from batch 4 eight, whose doubled register budget
-        # holds a batch's tiles in fewer load rounds (at batch 8: 226 against 350 us a token)
-        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, num_warps=4 if batch_size < 4 else 8))
+        self.set_tiles(plan(C, H, V, W, batch_size, self.programs))
         self.bar = torch.zeros(1, device=dev, dtype=torch.int32)
         self.stamps = None  # a list while phase_profile runs
         self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
