@@ -103,8 +103,7 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt():
 
 
 def test_plan_fits_the_register_budget_and_covers_every_output():
-    from transformerop.decode.persistent import plan
-    from transformerop.decode.persistent import REGISTERS_PER_THREAD
+    from transformerop.decode.persistent import REGISTERS_PER_THREAD, plan
     for C, H, W, batch in ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1536, 24, 1024, 8)):
         t = plan(C, H, 65, W, batch, 132)
         budget = REGISTERS_PER_THREAD * 32 * t["num_warps"]
