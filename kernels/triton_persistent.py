@@ -16,8 +16,9 @@ on), so a token costs PHASES barriers instead of ~40 launches:
                      sample       out[t] = argmax(logits / T + gumbel[t]) (top-k first), x = embed(out[t])
 
 The phases themselves are in kernels/triton_decode_phases.py; the tiles come from the shape
-(decode/persistent.py: plan). Accumulation is fp32; the residual stream, q/k/v and the MLP hidden
-state stay fp32; the cache keeps the weights' dtype, as every other path's does.
+(decode/persistent.py: plan). Accumulation is fp32, and the residual stream, q/k/v and the MLP
+hidden state are kept in fp32; from batch 2 the tensor-core products read them in the weights'
+dtype. The cache keeps the weights' dtype, as every other path's does.
 
 The grid must be co-resident (at most one program per SM, nothing else running), or the barrier
 never opens. Under TRITON_INTERPRET=1 the programs run one after another, so the grid is one

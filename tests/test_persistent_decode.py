@@ -1,7 +1,8 @@
 """decode=persistent: the one-launch decode run agrees with recompute token for token (fp32, greedy
 and sampled with top-k, past block_size) and with the static path's logits. On CPU the kernel runs
-under TRITON_INTERPRET=1 in a subprocess, one program (the barriers pass at once); the tiles of a
-64-program grid with a tiny register budget make every loop of the kernel run more than once.
+under TRITON_INTERPRET=1 in a subprocess, one program (the barriers pass at once); hand-set tiles
+make every loop of the kernel run more than once. A compile for sm_90 (no GPU needed) checks what
+the interpreter cannot: the kernel compiles and fits the H200's shared memory.
 On a GPU: the real grid, fp32 and bf16, batch 1 to 8, a wider model."""
 import os
 import subprocess
@@ -125,7 +126,7 @@ H200_SHARED_MEMORY = 232448  # bytes one program may use on sm_90 (the launch re
 def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype):
     """triton.compile for sm_90 needs no GPU. It catches what the interpreter lets through (a plain
     module global inside @triton.jit, a dot's operand shapes) and a plan whose shared memory the
-    H200 would refuse at launch (a software-pipelined dot loop once asked for 458 KB)."""
+    H200 would refuse at launch (software-pipelining the 1152-wide dot loops needs twice the limit)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource

@@ -152,7 +152,7 @@ def test_an_every_row_goal_is_judged_on_its_worst_row_against_the_paired_baselin
     line = next(ln for ln in md.splitlines() if ln.startswith("| 1.5x compiled everywhere"))
     assert "| 1.25x (1.6 median_ms) |" in line  # the worst row (batch 4: 2.0 / 1.6), not the best (4x)
     assert "| missed at 1 of 2 rows; the worst missed by 17% |" in line
-    assert "in-kernel phases: 40.0 us per token over 20 grid barriers (2.00 us each): qkv 25.0 us, head 15.0 us" in line
+    assert "in-kernel phases: 40.0 us per decode step over 20 grid barriers (2.00 us each): qkv 25.0 us, head 15.0 us" in line
     goals[0]["goal_x_baseline"] = 1.2
     for i in range(4):
         f = sweep / str(i) / "results.json"

@@ -37,6 +37,11 @@ class DecodePath:
     def rewind(self) -> None:
         """An empty cache (warm-up steps start from here)."""
 
+    def phase_profile(self, dec, prompt) -> dict:
+        """Where one generation's time goes inside a launch (decode=persistent's phases); a path
+        whose launches are the model's own kernels has nothing to add to the kernel profile."""
+        return {}
+
     def state(self) -> list:
         """Device tensors a compiled step mutates in place (marked static for its CUDA graphs)."""
         return []

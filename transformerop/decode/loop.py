@@ -109,7 +109,8 @@ class Decoder:
     def __call__(self, idx, generator=None, n=None, on_logits=None):
         """Generate after idx (B, T0): n tokens (default all, up to total_len). Returns a view of
         the output buffer (overwritten by the next call). on_logits(i, logits) sees each step's
-        logits (B, V) before the next step runs (clone to keep them)."""
+        logits (B, V) before the next step runs (clone to keep them); on a path that `runs`, after
+        the call that ran them (each column's logits are kept until the next call)."""
         B, T0 = idx.shape
         n = self.total - T0 if n is None else n
         if B != self.B or not 1 <= n <= self.total - T0:
@@ -134,8 +135,9 @@ class Decoder:
             elif self.runner.runs:  # every step to the window's end in one call
                 m = min(end, start + self.W + 1) - t
                 rows = self.runner.run(self.out, self.t, self.noise, self.temperature, self.top_k, m)
-                for col in range(t, t + m - 1) if on_logits is not None else ():
-                    on_logits(col - T0, rows[col])  # kept per column: the hook sees them after the launch
+                if on_logits is not None:
+                    for col in range(t, t + m - 1):  # kept per column: the hook sees them after the launch
+                        on_logits(col - T0, rows[col])
                 logits = rows[t + m - 1]
                 t += m
             else:

@@ -1,12 +1,11 @@
 """decode=persistent: every decode step up to the window's end in one launch of
 kernels/triton_persistent.py -- a grid of one program per SM that stays resident and runs each
-token's ~5 phases per layer (plus the head and the sample) between grid-wide barriers, sampling on
+step's 4 phases per layer (plus the head and the sample) between grid-wide barriers, sampling on
 the device from the loop's pre-drawn Gumbel noise. The prompt, and the re-prefill when the window
 restarts, go through the model itself into the same static cache (decode/static.py).
 
 Its weights are restacked once, layer-major, when the path is built (one copy of the model's
 weights: the kernel walks the layers by offset)."""
-import logging
 import os
 
 import torch
@@ -15,8 +14,6 @@ import triton
 from ..errors import BackendUnavailable
 from .base import model_device
 from .static import Static
-
-log = logging.getLogger(__name__)
 
 REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)
 MAX_SPLITS = 8  # attention splits per (row, head): the proj phase combines them all in registers
@@ -41,11 +38,12 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     Attention splits the cache into as few splits as let each split load its slots in one round
     (each split costs the proj phase's combine more registers and loads)."""
     # four warps a program at batch 1; from batch 4 eight, whose doubled register budget holds a
-    # batch's tiles in fewer load rounds (measured at batch 8: 226 against 350 us a token)
+    # batch's tiles in fewer load rounds (the A/B: experiments/results/h200-2026-12-01c)
     num_warps = num_warps or (4 if batch < 4 else 8)
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
     dot = batch > 1  # several rows: the tensor cores (a 16-row tile, padded) instead of per-row FMAs
-    b_pad, D = max(16, _pow2(batch)) if dot else 1, C // H
+    b_pad = max(16, _pow2(batch)) if dot else 1
+    D = C // H
     rows = 1 if dot else b_pad  # the products' register cost per weight element
     bt_max = max(16, _prev_pow2(budget // _pow2(D)))  # cache slots one load round holds
     splits = max(1, min(max_splits, programs // (batch * H), triton.cdiv(W, bt_max)))
@@ -154,8 +152,10 @@ class Persistent(Static):
 
     def phase_profile(self, dec, prompt) -> dict:
         """One generation with every barrier time-stamped (program 0 reads the GPU's globaltimer
-        after each): µs per token in each kind of phase, its share of the token, and the phases
-        per token. A phase's time includes the barrier that ends it."""
+        as it leaves each): µs per decode step (one token for each row of the batch) in each kind
+        of phase, its share of the step, and the phases per step. A phase's time runs from the
+        barrier that opens it to the next, so it includes that barrier's wait, and the next
+        phase's weights, loaded before that barrier, whose release add waits for them."""
         k, L = self.kern, self.shape["L"]
         names = [*k.LAYER_PHASES * L, *k.TOKEN_PHASES]
         self.stamps = []
@@ -163,6 +163,8 @@ class Persistent(Static):
             dec(prompt)
         finally:
             stamps, self.stamps = self.stamps, None
+        if not stamps:  # a generation of one token: the prefill sampled it, no launch ran
+            return {}
         d = torch.cat([torch.diff(s.double()).view(-1, len(names)) for s in stamps])  # (steps, phases) ns
         per_kind = {}
         for j, name in enumerate(names):

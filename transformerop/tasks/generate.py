@@ -119,8 +119,7 @@ def run(cfg) -> dict:
                             "kernels")
         metrics.update({{"kernel_us": "kernel_us_per_token", "kernels": "kernels_per_token"}.get(k, k): v
                         for k, v in kp.items()})
-        if hasattr(dec.runner, "phase_profile"):  # a path that runs many phases inside one launch
-            metrics.update(dec.runner.phase_profile(dec, prompt))
+        metrics.update(dec.runner.phase_profile(dec, prompt))  # a one-launch path's phases
     tracker.timing("generate", {**stats, "tokens": g.tokens, "batch_size": g.batch_size, "decode": path,
                                 "setup_s": dec.setup_s})
     tracker.table("generations", ["decode", "dtype", "index", "prompt", "text", "decode_tok_per_s"],
