@@ -1,4 +1,4 @@
-"""decode=persistent: a whole run of decode steps -- every layer of every token, the logits and
+"""The persistent decode run: a whole run of decode steps -- every layer of every token, the logits and
 the sampling -- in ONE Triton launch.
 
 At batch 1 a token is ~40 dependent steps of tiny work (LayerNorm, four matvecs, attention over

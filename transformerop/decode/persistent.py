@@ -80,7 +80,7 @@ class Persistent(Static):
         C, H, L, V, W = cfg.n_embd, cfg.n_head, cfg.n_layer, model.vocab_size, model.block_size
         if V > MAX_VOCAB:
             raise ValueError(f"decode=persistent samples a whole row of logits in one program: vocabulary "
-                             f"{V} > {MAX_VOCAB}; use decode=fused or decode=compiled")
+                             f"{V} > {MAX_VOCAB}; use a decode path that samples outside its kernels")
         self.shape = {"NB": batch_size, "C": C, "H": H, "L": L, "V": V, "W_CACHE": W}
         # one (L, B, H, W, D) buffer per cache; the model's prefill writes its per-layer views
         self.kc = torch.stack(self.k)
