@@ -38,7 +38,7 @@ class DecodePath:
         """An empty cache (warm-up steps start from here)."""
 
     def phase_profile(self, dec, prompt) -> dict:
-        """Where one generation's time goes inside a launch (decode=persistent's phases); a path
+        """Where one generation's time goes inside a launch (the phases of a persistent kernel); a path
         whose launches are the model's own kernels has nothing to add to the kernel profile."""
         return {}
 

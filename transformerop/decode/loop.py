@@ -6,7 +6,7 @@ that declares `graphed` has its decode step (forward + sampling + bookkeeping) c
 CUDA graph (graphs.capture) and replayed per token; one that declares `compiled` goes through
 torch.compile(mode="reduce-overhead"). Both happen when the Decoder is built, outside any timed
 region (setup_s). One that declares `runs` is handed every step up to the window's end in one
-call (decode=persistent: one launch) and keeps each column's logits, which the on_logits hook
+call (one launch of a persistent kernel) and keeps each column's logits, which the on_logits hook
 then sees after that call.
 
 Beyond block_size (W): the model conditions on a window out[:, start:t] of at most W tokens.
