@@ -20,7 +20,7 @@ from hydra.types import RunMode
 
 from . import clock, config, distributed, tracking
 from .errors import BackendUnavailable, ConfigError, UserError, show_traceback
-from .runtime import env_info, peak_memory_bytes, pick_device
+from .runtime import env_info, peak_memory_bytes, pick_device, reset_peak_memory
 from .tasks import task_module
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,7 @@ def run_job(cfg) -> dict | None:
     status, error, device, known = "ok", None, None, False
     try:
         device = distributed.init(pick_device(cfg.device))
+        reset_peak_memory(device)  # jobs of a sweep share a process: this job's peak, not the sweep's
         tracker.start()  # W&B itself starts after start-up, in the background
         tracker.set(**labels(cfg, device))
         metrics = task_module(cfg.task.name).run(cfg) or {}
