@@ -31,6 +31,15 @@ def run_cli(*args, cwd=ROOT, timeout=600, env=None):
                           text=True, timeout=timeout, env=e)
 
 
+def interpreted(script: str, timeout: int = 900) -> dict:
+    """Run `script` in a fresh Python under TRITON_INTERPRET=1 (Triton reads the variable when it
+    is imported, so this process cannot switch) and return the `KEY value` lines it printed."""
+    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return dict(line.split(" ", 1) for line in p.stdout.splitlines() if " " in line)
+
+
 FAST = ["train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.progress=false"]
 
 

@@ -2,12 +2,10 @@
 static path's logits. On CPU the kernels run under TRITON_INTERPRET=1 in a subprocess (the
 variable must be set before Triton is imported); on a GPU the step is also graph-captured."""
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import ROOT, make_cfg
+from conftest import interpreted, make_cfg
 
 from transformerop.decode import Decoder, check
 from transformerop.model import BackendUnavailable, build_model
@@ -42,11 +40,7 @@ print("TILES", (torch.stack(tiled) - run["static"][1][:len(tiled)]).abs().max().
 
 
 def test_fused_matches_recompute_under_the_triton_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    p = subprocess.run([sys.executable, "-c", CHECK.format()], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                       env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines() if " " in line)
+    lines = interpreted(CHECK.format(), timeout=600)
     assert lines["TOKENS"] == "True"  # 30 greedy tokens past block_size 16: the window re-prefills
     assert float(lines["LOGITS"]) < 1e-5
     assert lines["SAMPLED"] == "True"  # same seed, same Gumbel noise, same text

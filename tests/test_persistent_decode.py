@@ -5,12 +5,10 @@ make every loop of the kernel run more than once. A compile for sm_90 (no GPU ne
 the interpreter cannot: the kernel compiles and fits the H200's shared memory.
 On a GPU: the real grid, fp32 and bf16, batch 1 to 8, a wider model."""
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import ROOT, make_cfg
+from conftest import interpreted, make_cfg
 
 from transformerop.decode import check
 from transformerop.model import BackendUnavailable
@@ -76,11 +74,7 @@ print("TILED_SAMPLED", torch.equal(*sampled))
 
 
 def test_persistent_matches_recompute_under_the_triton_interpreter():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    p = subprocess.run([sys.executable, "-c", CHECK.format()], cwd=ROOT, capture_output=True, text=True, timeout=900,
-                       env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in p.stdout.splitlines() if " " in line)
+    lines = interpreted(CHECK.format())
     assert lines["TOKENS"] == "True"  # 30 greedy tokens past block_size 16: two launches and a re-prefill
     assert float(lines["LOGITS"]) < 1e-5
     assert lines["SAMPLED"] == "True"  # same seed, same Gumbel noise, same top-k cut, same text

@@ -5,6 +5,8 @@ then feeds one token at a time, returning the last position's logits (B, V) each
 in decode/loop.py drives it. Capabilities are class attributes and class methods, read by
 decode.check, the loop (capture / compile), predict (kernels per token, launch cost) and the
 report; nothing else keeps a list of path names."""
+import os
+
 import torch
 
 from ..errors import BackendUnavailable
@@ -12,6 +14,25 @@ from ..errors import BackendUnavailable
 
 def model_device(model):
     return next(model.parameters()).device
+
+
+def interpreting() -> bool:
+    """Triton kernels run on the CPU through its interpreter (one program after another)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def check_triton_step(cfg, device) -> None:
+    """What a path whose decode step is its own Triton kernels over GPT blocks needs: CUDA, or the
+    interpreter in fp32 (its bf16 is wrong), and a GPT."""
+    name = cfg.decode.name
+    if torch.device(device).type != "cuda" and not interpreting():
+        raise BackendUnavailable(f"decode={name} needs CUDA for its Triton kernels (or TRITON_INTERPRET=1, slowly)")
+    if interpreting() and cfg.train.dtype == "bfloat16":
+        raise BackendUnavailable(f"decode={name} in bf16 needs a GPU: the Triton interpreter computes bf16 "
+                                 "wrongly; use train.dtype=float32 there")
+    if cfg.model.name != "gpt":
+        raise ValueError(f"decode={name} runs GPT blocks in its kernels; model={cfg.model.name} has none: use a path "
+                         "that runs the model itself")
 
 
 class DecodePath:

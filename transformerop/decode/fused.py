@@ -3,12 +3,10 @@ kernels/triton_decode.py -- 5 Triton kernels a layer (LayerNorm fused into the m
 attention over the static cache, residual epilogues) and one for the logits -- into fixed
 buffers, so on CUDA the whole step is captured in one graph. Its matvec tile is decode.block_n /
 decode.block_k (the schema's defaults)."""
-import os
 
 import torch
 
-from ..errors import BackendUnavailable
-from .base import model_device
+from .base import check_triton_step, model_device
 from .static import Static
 
 SAMPLE_KERNELS = 4  # index the noise, add, argmax, write the token and advance
@@ -54,15 +52,7 @@ class Fused(Static):
 
     @classmethod
     def check(cls, cfg, device) -> None:
-        interpret = os.environ.get("TRITON_INTERPRET") == "1"
-        if torch.device(device).type != "cuda" and not interpret:
-            raise BackendUnavailable("decode=fused needs CUDA for its Triton kernels (or TRITON_INTERPRET=1, slowly)")
-        if interpret and cfg.train.dtype == "bfloat16":
-            raise BackendUnavailable("decode=fused in bf16 needs a GPU: the Triton interpreter computes bf16 "
-                                     "wrongly; use train.dtype=float32 there")
-        if cfg.model.name != "gpt":
-            raise ValueError(f"decode=fused fuses GPT blocks; model={cfg.model.name} has none: use a path that runs "
-                             "the model itself")
+        check_triton_step(cfg, device)
 
     @classmethod
     def kernels_per_token(cls, shape, bf16: bool) -> int:

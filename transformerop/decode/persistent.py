@@ -6,13 +6,11 @@ restarts, go through the model itself into the same static cache (decode/static.
 
 Its weights are restacked once, layer-major, when the path is built (one copy of the model's
 weights: the kernel walks the layers by offset)."""
-import os
 
 import torch
 import triton
 
-from ..errors import BackendUnavailable
-from .base import model_device
+from .base import check_triton_step, interpreting, model_device
 from .static import Static
 
 REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)
@@ -62,10 +60,6 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
         t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[1], best[2], best[0] == 1
     t["BC_FC"] = t["BK_FC"]  # the MLP's second product, (units x outputs), has the first one's size
     return t
-
-
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 class Persistent(Static):
@@ -181,15 +175,7 @@ class Persistent(Static):
 
     @classmethod
     def check(cls, cfg, device) -> None:
-        if torch.device(device).type != "cuda" and not interpreting():
-            raise BackendUnavailable("decode=persistent needs CUDA for its Triton kernel (or TRITON_INTERPRET=1, "
-                                     "slowly, one program)")
-        if interpreting() and cfg.train.dtype == "bfloat16":
-            raise BackendUnavailable("decode=persistent in bf16 needs a GPU: the Triton interpreter computes bf16 "
-                                     "wrongly; use train.dtype=float32 there")
-        if cfg.model.name != "gpt":
-            raise ValueError(f"decode=persistent runs GPT blocks; model={cfg.model.name} has none: use a path that "
-                             "runs the model itself")
+        check_triton_step(cfg, device)
 
     @classmethod
     def kernels_per_token(cls, shape, bf16: bool) -> int:
