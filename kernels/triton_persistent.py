@@ -5,20 +5,22 @@ At batch 1 a token is ~40 dependent steps of tiny work (LayerNorm, four matvecs,
 the cache, the head, the sample), so a launch (or a graph node) per step sets the time, not
 bandwidth. Here a grid of at most one program per SM stays resident for the whole run and the
 phases are separated by grid-wide barriers (an atomic counter every program adds to and waits
-on), so a token costs PHASES barriers instead of ~40 launches:
+on), so a token costs PHASES barriers instead of ~40 launches, and each barrier costs about as
+much as a small phase's work: two phases a layer.
 
-  once:              embed        x = wte[out[t-1]] + wpe[pos]
-  per layer:     1.  qkv          qkv = LN1(x) W_attn^T (+b); k, v written into the static cache
-                 2.  attention    split over the cache: partial (max, sum, acc) per split
-                 3.  proj         x2 = x + combine(partials) W_proj^T (+b); x = x2 (+b_proj2)
-                 4.  mlp          x += GELU(LN2(x2) W_fc^T (+b)) W_proj2^T, a share per program
-  per token:         head         logits[t] = LN_f(x) wte^T
-                     sample       out[t] = argmax(logits / T + gumbel[t]) (top-k first), x = embed(out[t])
+  once:              embed    RES[0] = wte[out[t-1]] + wpe[pos]
+  per layer:     1.  attn     qkv = LN1(x) W_attn^T (+b) in tiles over the grid, k and v written
+                              into the static cache; each head's attention starts as soon as that
+                              head's tiles are counted done (a counter per head, not a barrier),
+                              and adds its share of the projection into XA
+                 2.  mlp      XM += GELU(LN2(x + XA) W_fc^T (+b)) W_proj2^T, a share per program
+  per token:         head     logits[t] = LN_f(x) wte^T
+                     sample   out[t] = argmax(logits / T + gumbel[t]) (top-k first), RES[0] = embed(out[t])
 
-The phases themselves are in kernels/triton_decode_phases.py; the tiles come from the shape
-(decode/persistent.py: plan). Accumulation is fp32, and the residual stream, q/k/v and the MLP
-hidden state are kept in fp32; from batch 2 the tensor-core products read them in the weights'
-dtype. The cache keeps the weights' dtype, as every other path's does.
+The phases and the stream's buffers (RES, XA, XM) are in kernels/triton_decode_phases.py; the
+tiles come from the shape (decode/persistent.py: plan). Accumulation is fp32, and the residual
+stream, q/k/v and the MLP hidden state are kept in fp32; from batch 2 the tensor-core products
+read them in the weights' dtype. The cache keeps the weights' dtype, as every other path's does.
 
 The grid must be co-resident (at most one program per SM, nothing else running), or the barrier
 never opens. Under TRITON_INTERPRET=1 the programs run one after another, so the grid is one
@@ -27,9 +29,9 @@ program there and every barrier passes at once: the same code runs on CPU in the
 import triton
 import triton.language as tl
 
-from .triton_decode_phases import _attention, _matvec, _mlp, _sample_embed, _weights
+from .triton_decode_phases import _attend, _matvec, _mlp, _sample_embed, _tile_rows, _weights
 
-LAYER_PHASES = ("qkv", "attention", "proj", "mlp")
+LAYER_PHASES = ("attn", "mlp")
 TOKEN_PHASES = ("head", "sample")
 # module constants a @triton.jit body reads must be tl.constexpr
 PHASES_PER_LAYER = tl.constexpr(len(LAYER_PHASES))
@@ -55,26 +57,28 @@ def _grid_sync(BAR, k, PROF, PROFILE: tl.constexpr):
 
 
 @triton.jit(do_not_specialize=["n_steps", "top_k"])
-def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, PROF,
+def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        WTE, WPE, LN1_W, LN1_B, W_QKV, B_QKV, W_O, B_O, LN2_W, LN2_B, W_FC, B_FC, W_P2T, B_P2,
-                       LNF_W, LNF_B, KC, VC, X, X2, QKV, PM, PL, PA,
+                       LNF_W, LNF_B, KC, VC, RES, ACC, QKV,
                        n_steps, temperature, top_k, eps, scale,
                        NB: tl.constexpr, C: tl.constexpr, H: tl.constexpr, L: tl.constexpr, V: tl.constexpr,
-                       W_CACHE: tl.constexpr, TOTAL: tl.constexpr, S: tl.constexpr, S_PAD: tl.constexpr,
-                       B_PAD: tl.constexpr, BN_QKV: tl.constexpr, BK_QKV: tl.constexpr, ONE_QKV: tl.constexpr,
-                       BN_O: tl.constexpr, BK_O: tl.constexpr, ONE_O: tl.constexpr, BN_FC: tl.constexpr,
-                       BK_FC: tl.constexpr, BC_FC: tl.constexpr, ONE_FC: tl.constexpr, BN_V: tl.constexpr,
-                       BK_V: tl.constexpr, ONE_V: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
-                       VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr, HAS_BIAS: tl.constexpr,
-                       HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr, PROFILE: tl.constexpr,
-                       DOT: tl.constexpr, PREC: tl.constexpr):
+                       W_CACHE: tl.constexpr, TOTAL: tl.constexpr, B_PAD: tl.constexpr, BN_QKV: tl.constexpr,
+                       BK_QKV: tl.constexpr, ONE_QKV: tl.constexpr, BN_O: tl.constexpr, ONE_O: tl.constexpr,
+                       BN_FC: tl.constexpr, BK_FC: tl.constexpr, BC_FC: tl.constexpr, ONE_FC: tl.constexpr,
+                       BN_V: tl.constexpr, BK_V: tl.constexpr, ONE_V: tl.constexpr, BT: tl.constexpr,
+                       BD: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
+                       HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr,
+                       PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
-    weight tile is loaded before the barrier that opens the phase (_weights)."""
+    weight tile is loaded before the barrier that opens it (_weights). W_QKV's rows are
+    head-major (head h's q, k, v together); CNT holds one counter per (layer, head), zero at launch."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
     PHASES: tl.constexpr = PHASES_PER_LAYER * L + PHASES_PER_TOKEN_EXTRA
+    TILES_PER_HEAD: tl.constexpr = (3 * D + BN_QKV - 1) // BN_QKV
+    O_CHUNKS: tl.constexpr = (C + BN_O - 1) // BN_O
     t0 = tl.load(T_PTR)
     pos0 = tl.load(POS_PTR)
     offs_c = tl.arange(0, CP)
@@ -82,40 +86,44 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, PROF,
         token = tl.load(OUT + b * TOTAL + t0 - 1)
         x = tl.load(WTE + token * C + offs_c, mask=offs_c < C, other=0.0).to(tl.float32) + \
             tl.load(WPE + pos0 * C + offs_c, mask=offs_c < C, other=0.0).to(tl.float32)
-        tl.store(X + b * C + offs_c, x, mask=offs_c < C)
+        tl.store(RES + b * C + offs_c, x, mask=offs_c < C)
+    # this program's first tile of each phase, fixed for the run: its weights can load ahead
+    r0, r_end = _tile_rows(pid, 3 * C, 3 * D, BN_QKV)
+    o_head = (pid // O_CHUNKS) % H
+    o_end = tl.where(pid < NB * H * O_CHUNKS, C, 0)
     for i in range(n_steps):
         t = t0 + i
         pos = pos0 + i
         k = i * PHASES  # barriers passed before this step
         for layer in range(L):
+            prev = tl.maximum(layer - 1, 0)
+            deeper = tl.minimum(layer, 1)  # layer 0 reads RES[0] alone; a deeper one sums the one before
             kc = KC + layer * NB * H * W_CACHE * D
             vc = VC + layer * NB * H * W_CACHE * D
-            w = _weights(W_QKV + layer * 3 * C * C, pid, 3 * C, C, BN_QKV, BK_QKV, ONE_QKV)
+            w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV)
+            wo = _weights(W_O + layer * C * C, (pid % O_CHUNKS) * BN_O, o_end, o_head * D, o_head * D + D, C,
+                          BN_O, BD, ONE_O)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, PROFILE)
-            _matvec(pid, nprog, w, X, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, X, QKV, X, X,
-                    LN1_W + layer * C, LN1_B + layer * C, eps, PM, PL, kc, vc, pos, NB, 3 * C, C, H, W_CACHE, S,
-                    B_PAD, BN_QKV, BK_QKV, S_PAD, 1, ONE_QKV, HAS_BIAS, HAS_LN_B, False, False, False, True, DOT, PREC)
+            _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, prev, deeper, deeper, LN1_W + layer * C, LN1_B + layer * C,
+                    eps, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB,
+                    3 * C, C, L, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS,
+                    True, DOT, PREC)
+            _attend(pid, nprog, wo, QKV, kc, vc, CNT + layer * H, (i + 1) * TILES_PER_HEAD, W_O + layer * C * C,
+                    ACC + layer * NB * C, pos, scale, NB, H, D, W_CACHE, BT, BD, BN_O, ONE_O)
+            w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC)
+            w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, PROFILE)
-            _attention(pid, nprog, QKV, kc, vc, PM, PL, PA, pos, scale, NB, H, D, W_CACHE, S, BT, BD)
-            w = _weights(W_O + layer * C * C, pid, C, C, BN_O, BK_O, ONE_O)
-            _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 3, PROF, PROFILE)
-            _matvec(pid, nprog, w, PA, W_O + layer * C * C, B_O + layer * C, X, X2, X, B_P2 + layer * C,
-                    LN1_W, LN1_B, eps, PM, PL, kc, vc, pos, NB, C, C, H, W_CACHE, S, B_PAD, BN_O, BK_O, S_PAD, 2,
-                    ONE_O, HAS_BIAS, False, True, True, HAS_BIAS, False, DOT, PREC)
-            w = _weights(W_FC + layer * 4 * C * C, pid, 4 * C, C, BN_FC, BK_FC, ONE_FC)
-            w2 = _weights(W_P2T + layer * 4 * C * C, pid, 4 * C, C, BN_FC, BC_FC, ONE_FC)
-            _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 4, PROF, PROFILE)
-            _mlp(pid, nprog, w, w2, X2, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C, W_P2T + layer * 4 * C * C,
-                 X, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C, B_PAD, BN_FC, BK_FC, BC_FC, ONE_FC, HAS_BIAS,
-                 HAS_LN_B, DOT, PREC)
+            _mlp(pid, nprog, w, w2, RES, ACC, B_O, B_P2, layer, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C,
+                 W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C, L, B_PAD, BN_FC, BK_FC,
+                 BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC)
         logits = LOGITS + t * NB * V
-        w = _weights(WTE, pid, V, C, BN_V, BK_V, ONE_V)
+        w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
         _grid_sync(BAR, k + PHASES - 1, PROF, PROFILE)
-        _matvec(pid, nprog, w, X, WTE, WTE, X, logits, X, X, LNF_W, LNF_B, eps, PM, PL, KC, VC, pos, NB, V, C, H,
-                W_CACHE, S, B_PAD, BN_V, BK_V, S_PAD, 1, ONE_V, False, HAS_LN_B, False, False, False, False, DOT, PREC)
+        _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, L - 1, 1, 1, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT,
+                pos, NB, V, C, L, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, HAS_BIAS, HAS_LN_B, False, False, DOT, PREC)
         _grid_sync(BAR, k + PHASES, PROF, PROFILE)
-        _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, X, pos + 1, temperature, top_k,
-                      NB, V, C, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)
+        _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, RES, ACC, pos + 1, temperature,
+                      top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)
     _grid_sync(BAR, n_steps * PHASES + 1, PROF, PROFILE)  # closes the last phase's time stamp
     if pid == 0:
         tl.store(T_PTR, t0 + n_steps)

@@ -1,11 +1,12 @@
 """decode=persistent: every decode step up to the window's end in one launch of
 kernels/triton_persistent.py -- a grid of one program per SM that stays resident and runs each
-step's 4 phases per layer (plus the head and the sample) between grid-wide barriers, sampling on
+step's 2 phases per layer (plus the head and the sample) between grid-wide barriers, sampling on
 the device from the loop's pre-drawn Gumbel noise. The prompt, and the re-prefill when the window
 restarts, go through the model itself into the same static cache (decode/static.py).
 
 Its weights are restacked once, layer-major, when the path is built (one copy of the model's
-weights: the kernel walks the layers by offset)."""
+weights: the kernel walks the layers by offset); the qkv rows head-major, so that one head's q,
+k and v are one block of rows, which the head's attention waits on alone."""
 
 import torch
 import triton
@@ -14,7 +15,6 @@ from .base import check_triton_step, interpreting, model_device
 from .static import Static
 
 REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)
-MAX_SPLITS = 8  # attention splits per (row, head): the proj phase combines them all in registers
 MAX_VOCAB = 4096  # the sample phase holds a whole row of logits in one program
 
 
@@ -27,38 +27,47 @@ def _prev_pow2(n: int) -> int:
 
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
-         max_splits: int = MAX_SPLITS, budget: int | None = None) -> dict:
+         budget: int | None = None) -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN (and the reduction chunk
     BK that the register budget -- fp32 values per program -- then allows) with the fewest rounds
     of loads per program, each round a full trip to L2: ceil(tiles / programs) * ceil(K / BK);
-    among equals the smallest BN, which keeps the most programs (and their bandwidth) busy. A
-    phase that then needs one round (ONE) loads its weights before the barrier that opens it.
-    Attention splits the cache into as few splits as let each split load its slots in one round
-    (each split costs the proj phase's combine more registers and loads)."""
-    # four warps a program at batch 1; from batch 4 eight, whose doubled register budget holds a
-    # batch's tiles in fewer load rounds (the A/B: experiments/results/h200-2026-12-01c)
-    num_warps = num_warps or (4 if batch < 4 else 8)
+    among equals the smallest BN, which keeps the most programs (and their bandwidth) busy. The
+    qkv tiles never straddle two heads (each head's attention waits on its own tiles). A phase
+    that then needs one round (ONE) loads its weights before the barrier that opens it. The
+    attention items (row, head, chunk of BN_O projection outputs) share the budget between the
+    cache's slot blocks (BT) and the projection chunk; the chunk is as large as lets every item
+    have a program of its own, so that chunk loads ahead too (ONE_O)."""
+    if num_warps is None:
+        # four warps a program at batch 1 when every matvec then loads in one round; from batch 4,
+        # or when a wider model needs several rounds, eight, whose doubled register budget holds
+        # twice the bytes in flight (the A/B: experiments/results/h200-2026-12-01c)
+        small = plan(C, H, V, W, batch, programs, 4, budget)
+        num_warps = 4 if batch < 4 and small["ONE_QKV"] and small["ONE_FC"] else 8
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
     dot = batch > 1  # several rows: the tensor cores (a 16-row tile, padded) instead of per-row FMAs
     b_pad = max(16, _pow2(batch)) if dot else 1
     D = C // H
+    BD = _pow2(D)
     rows = 1 if dot else b_pad  # the products' register cost per weight element
-    bt_max = max(16, _prev_pow2(budget // _pow2(D)))  # cache slots one load round holds
-    splits = max(1, min(max_splits, programs // (batch * H), triton.cdiv(W, bt_max)))
-    s_pad = _pow2(splits)
-    t = {"B_PAD": b_pad, "S": splits, "S_PAD": s_pad, "BD": _pow2(D), "VP": _pow2(V), "CP": _pow2(C),
-         "num_warps": num_warps, "num_stages": 1, "DOT": dot}  # no software pipelining: one tile in flight
+    t = {"B_PAD": b_pad, "BD": BD, "VP": _pow2(V), "CP": _pow2(C), "num_warps": num_warps, "num_stages": 1,
+         "DOT": dot}  # no software pipelining: one tile in flight
     t["CH"] = max(1, min(t["VP"], budget // t["VP"]))
-    t["BT"] = min(_pow2(triton.cdiv(W, splits)), bt_max)
-    for name, N, K, extra in (("QKV", 3 * C, C, 1), ("O", C, C, s_pad), ("FC", 4 * C, C, 1), ("V", V, C, 1)):
+    t["BT"] = max(16, min(_pow2(W), _prev_pow2(budget // 2 // BD)))
+    for name, groups, group, K in (("QKV", H, 3 * D, C), ("FC", 1, 4 * C, C), ("V", 1, V, C)):
         best = None
-        for bn in (1 << i for i in range(4 if dot else 0, max(5, _pow2(N).bit_length()))):
-            bk = max(16, min(_pow2(K), _prev_pow2(budget // (rows * max(bn, extra))), _prev_pow2(budget // b_pad)))
-            rounds = triton.cdiv(triton.cdiv(N, bn), programs) * triton.cdiv(K, bk)
+        for bn in (1 << i for i in range(4 if dot else 0, max(5, _pow2(group).bit_length()))):
+            # a dot also holds its weight tile and its inputs in registers: half the products' budget
+            per_bn = budget // (rows * bn) // (2 if dot else 1)
+            bk = max(16, min(_pow2(K), _prev_pow2(per_bn), _prev_pow2(budget // b_pad)))
+            rounds = triton.cdiv(groups * triton.cdiv(group, bn), programs) * triton.cdiv(K, bk)
             if best is None or rounds < best[0]:
                 best = (rounds, bn, bk)
         t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[1], best[2], best[0] == 1
     t["BC_FC"] = t["BK_FC"]  # the MLP's second product, (units x outputs), has the first one's size
+    bn_o = max(1, min(_pow2(C), _prev_pow2(budget // 2 // BD)))
+    while bn_o > 1 and batch * H * triton.cdiv(C, bn_o) < programs // 2:
+        bn_o //= 2  # more, smaller chunks while at most one per program
+    t["BN_O"], t["ONE_O"] = bn_o, batch * H * triton.cdiv(C, bn_o) <= programs
     return t
 
 
@@ -86,12 +95,15 @@ class Persistent(Static):
             return torch.stack([get(b).detach() for b in blocks]).contiguous()
 
         a, f = (lambda b: b.attn), (lambda b: b.mlp)
-        self.w = {"W_QKV": stack(lambda b: a(b).c_attn.weight), "W_O": stack(lambda b: a(b).c_proj.weight),
+        D = C // H
+        head_major = torch.arange(3 * C, device=dev).view(3, H, D).transpose(0, 1).reshape(-1)  # h: q_h, k_h, v_h
+        self.w = {"W_QKV": stack(lambda b: a(b).c_attn.weight[head_major]), "W_O": stack(lambda b: a(b).c_proj.weight),
                   "W_FC": stack(lambda b: f(b).c_fc.weight), "W_P2T": stack(lambda b: f(b).c_proj.weight.t()),
                   "LN1_W": stack(lambda b: b.ln_1.weight), "LN2_W": stack(lambda b: b.ln_2.weight)}
         self.bias, self.ln_bias = cfg.bias, model.ln_f.bias is not None
         dummy = self.w["LN1_W"]  # never read when its flag is off
-        for key, get in (("B_QKV", lambda b: a(b).c_attn.bias), ("B_O", lambda b: a(b).c_proj.bias),
+        qkv_bias = (lambda b: None if a(b).c_attn.bias is None else a(b).c_attn.bias[head_major])
+        for key, get in (("B_QKV", qkv_bias), ("B_O", lambda b: a(b).c_proj.bias),
                          ("B_FC", lambda b: f(b).c_fc.bias), ("B_P2", lambda b: f(b).c_proj.bias),
                          ("LN1_B", lambda b: b.ln_1.bias), ("LN2_B", lambda b: b.ln_2.bias)):
             self.w[key] = stack(get) if get(blocks[0]) is not None else dummy
@@ -101,22 +113,21 @@ class Persistent(Static):
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
         self.set_tiles(plan(C, H, V, W, batch_size, self.programs))
-        self.bar = torch.zeros(1, device=dev, dtype=torch.int32)
+        self.bar = torch.zeros(1 + L * H, device=dev, dtype=torch.int32)  # the barrier, then a counter per head
         self.stamps = None  # a list while phase_profile runs
         self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
         self.dtype = dt
 
     def set_tiles(self, tiles: dict) -> None:
         """Use these tiles (plan()'s keys) and size the scratch buffers for them."""
-        S, B, C, H = tiles["S"], self.batch_size, self.shape["C"], self.shape["H"]
+        B, C, L = self.batch_size, self.shape["C"], self.shape["L"]
         dev = self.kc.device
 
         def scratch(*shape):
             return torch.zeros(*shape, device=dev, dtype=torch.float32)
 
         self.tiles = tiles
-        self.buf = {"X": scratch(B, C), "X2": scratch(B, C), "QKV": scratch(B, 3 * C), "PM": scratch(S, B, H),
-                    "PL": scratch(S, B, H), "PA": scratch(S, B, C)}
+        self.buf = {"RES": scratch(L, B, C), "ACC": scratch(2, L, B, C), "QKV": scratch(B, 3 * C)}
 
     def run(self, out, t, noise, temperature: float, top_k, n: int):
         """n decode steps: feed out[:, t - 1] at the cache position, sample out[:, t], advance t
@@ -132,7 +143,7 @@ class Persistent(Static):
         greedy = temperature == 0
         self.bar.zero_()
         self.kern._decode_run_kernel[(self.programs,)](
-            out, t, self.pos, noise if noise is not None else self.logits, self.logits, self.bar, prof,
+            out, t, self.pos, noise if noise is not None else self.logits, self.logits, self.bar, self.bar[1:], prof,
             self.w["WTE"], self.w["WPE"], self.w["LN1_W"], self.w["LN1_B"], self.w["W_QKV"], self.w["B_QKV"],
             self.w["W_O"], self.w["B_O"], self.w["LN2_W"], self.w["LN2_B"], self.w["W_FC"], self.w["B_FC"],
             self.w["W_P2T"], self.w["B_P2"], self.w["LNF_W"], self.w["LNF_B"], self.kc, self.vc,
