@@ -107,11 +107,12 @@ def _stats(RES, ACC, B_O, B_P2, j, n_a, n_m, eps, NB: tl.constexpr, K: tl.conste
 def _product(acc, w, x, DOT: tl.constexpr, PREC: tl.constexpr):
     """acc += x . w^T for a (BN, BK) weight chunk and (B_PAD, BK) inputs. DOT: on the tensor cores
     (acc transposed, (BN, B_PAD)), the inputs in the weights' dtype (PREC: fp32's rounding);
-    else fp32 multiply-adds into (B_PAD, BN, BK), reduced once by _reduced after the last chunk."""
+    else fp32 multiply-adds reduced chunk by chunk into (B_PAD, BN), so that registers hold the
+    weights (in their own dtype), not a product per weight."""
     if DOT:
         acc = tl.dot(w, tl.trans(x.to(w.dtype)), acc, input_precision=PREC)
     else:
-        acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+        acc += tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], 2)
     return acc
 
 
@@ -121,7 +122,7 @@ def _reduced(acc, DOT: tl.constexpr):
     if DOT:
         out = tl.trans(acc)
     else:
-        out = tl.sum(acc, 2)
+        out = acc
     return out
 
 
@@ -147,7 +148,7 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, j, n_a, n_m, LN_W, LN_B, eps
         if DOT:
             acc = tl.zeros([BN, B_PAD], dtype=tl.float32)
         else:
-            acc = tl.zeros([B_PAD, BN, BK], dtype=tl.float32)
+            acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
         store = (tile == 0) * n_m * QKV  # program 0's first tile writes RES[j + 1] (not for layer 0)
         for k0 in range(0, K, BK):
             x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, j, n_a, n_m, store, LN_W, LN_B, eps, NB, K, L,
@@ -178,13 +179,15 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, j, n_a, n_m, LN_W, LN_B, eps
 @triton.jit
 def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, pos, scale, NB: tl.constexpr,
             H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
-            BN_O: tl.constexpr, ONE_O: tl.constexpr):
+            CHUNKS: tl.constexpr, BN_O: tl.constexpr, ONE_O: tl.constexpr):
     """For every (row, head) the new query against cache slots 0..pos, as soon as that head's q, k
     and v are all written (its counter reaches `target`), then that head's share of the output
-    projection, y_h W_proj[:, h]^T, added into XA. Items are (row, head, chunk of BN_O outputs):
-    each chunk's program redoes the (small) attention rather than wait for another's."""
+    projection, y_h W_proj[:, h]^T, added into XA. Items are (row, head, one of CHUNKS chunks of
+    the outputs, in blocks of BN_O): each chunk's program redoes the (small) attention rather
+    than wait for another's, so that idle programs share the projection's loads."""
     C: tl.constexpr = H * D
-    chunks: tl.constexpr = (C + BN_O - 1) // BN_O
+    chunks: tl.constexpr = CHUNKS
+    CW: tl.constexpr = (C + CHUNKS - 1) // CHUNKS
     offs_d = tl.arange(0, BD)
     d_ok = offs_d < D
     n_slots = pos + 1
@@ -218,15 +221,17 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, pos, scale, N
             l = l * alpha + tl.sum(p, 0)
             m = m_new
         y = acc / l
-        offs_n = c * BN_O + tl.arange(0, BN_O)
-        n_ok = offs_n < C
-        if ONE_O:
-            w = wo_pre
-        else:
-            w = tl.load(W_O + offs_n[:, None] * C + h * D + offs_d[None, :], mask=n_ok[:, None] & d_ok[None, :],
-                        other=0.0)
-        part = tl.sum(w.to(tl.float32) * y[None, :], 1)
-        tl.atomic_add(XA + b * C + offs_n, part, mask=n_ok, sem="relaxed", scope="gpu")
+        c_end = tl.minimum((c + 1) * CW, C)
+        for n0 in range(c * CW, c_end, BN_O):
+            offs_n = n0 + tl.arange(0, BN_O)
+            n_ok = offs_n < c_end
+            if ONE_O:
+                w = wo_pre
+            else:
+                w = tl.load(W_O + offs_n[:, None] * C + h * D + offs_d[None, :],
+                            mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+            part = tl.sum(w.to(tl.float32) * y[None, :], 1)
+            tl.atomic_add(XA + b * C + offs_n, part, mask=n_ok, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -248,7 +253,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, layer, W_FC, B_FC, W
         if DOT:
             acc = tl.zeros([BN, B_PAD], dtype=tl.float32)
         else:
-            acc = tl.zeros([B_PAD, BN, BK], dtype=tl.float32)
+            acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
         for k0 in range(0, C, BK):
             x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, layer, 1, 0, False, LN_W, LN_B, eps, NB, C, L,
                               B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)

@@ -63,7 +63,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        n_steps, temperature, top_k, eps, scale,
                        NB: tl.constexpr, C: tl.constexpr, H: tl.constexpr, L: tl.constexpr, V: tl.constexpr,
                        W_CACHE: tl.constexpr, TOTAL: tl.constexpr, B_PAD: tl.constexpr, BN_QKV: tl.constexpr,
-                       BK_QKV: tl.constexpr, ONE_QKV: tl.constexpr, BN_O: tl.constexpr, ONE_O: tl.constexpr,
+                       BK_QKV: tl.constexpr, ONE_QKV: tl.constexpr, O_CHUNKS: tl.constexpr, BN_O: tl.constexpr,
+                       ONE_O: tl.constexpr,
                        BN_FC: tl.constexpr, BK_FC: tl.constexpr, BC_FC: tl.constexpr, ONE_FC: tl.constexpr,
                        BN_V: tl.constexpr, BK_V: tl.constexpr, ONE_V: tl.constexpr, BT: tl.constexpr,
                        BD: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
@@ -78,7 +79,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     D: tl.constexpr = C // H
     PHASES: tl.constexpr = PHASES_PER_LAYER * L + PHASES_PER_TOKEN_EXTRA
     TILES_PER_HEAD: tl.constexpr = (3 * D + BN_QKV - 1) // BN_QKV
-    O_CHUNKS: tl.constexpr = (C + BN_O - 1) // BN_O
+    O_WIDTH: tl.constexpr = (C + O_CHUNKS - 1) // O_CHUNKS
     t0 = tl.load(T_PTR)
     pos0 = tl.load(POS_PTR)
     offs_c = tl.arange(0, CP)
@@ -90,7 +91,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     # this program's first tile of each phase, fixed for the run: its weights can load ahead
     r0, r_end = _tile_rows(pid, 3 * C, 3 * D, BN_QKV)
     o_head = (pid // O_CHUNKS) % H
-    o_end = tl.where(pid < NB * H * O_CHUNKS, C, 0)
+    o_row = (pid % O_CHUNKS) * O_WIDTH
+    o_end = tl.where(pid < NB * H * O_CHUNKS, tl.minimum(o_row + O_WIDTH, C), 0)
     for i in range(n_steps):
         t = t0 + i
         pos = pos0 + i
@@ -101,15 +103,14 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             kc = KC + layer * NB * H * W_CACHE * D
             vc = VC + layer * NB * H * W_CACHE * D
             w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV)
-            wo = _weights(W_O + layer * C * C, (pid % O_CHUNKS) * BN_O, o_end, o_head * D, o_head * D + D, C,
-                          BN_O, BD, ONE_O)
+            wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, PROFILE)
             _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, prev, deeper, deeper, LN1_W + layer * C, LN1_B + layer * C,
                     eps, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB,
                     3 * C, C, L, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS,
                     True, DOT, PREC)
             _attend(pid, nprog, wo, QKV, kc, vc, CNT + layer * H, (i + 1) * TILES_PER_HEAD, W_O + layer * C * C,
-                    ACC + layer * NB * C, pos, scale, NB, H, D, W_CACHE, BT, BD, BN_O, ONE_O)
+                    ACC + layer * NB * C, pos, scale, NB, H, D, W_CACHE, BT, BD, O_CHUNKS, BN_O, ONE_O)
             w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, PROFILE)

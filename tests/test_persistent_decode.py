@@ -59,7 +59,7 @@ print("SAMPLED_NO_TOP_K", torch.equal(*plain))
 # the one-tile form of every phase, its weights loaded ahead)
 m = model(False, 64, 64)
 prompt = torch.randint(20, (3, 40))
-loops = {{"BT": 16, "BN_QKV": 16, "BK_QKV": 32, "BN_O": 16, "BN_FC": 64, "BK_FC": 32, "BC_FC": 16, "BN_V": 16,
+loops = {{"BT": 16, "BN_QKV": 16, "BK_QKV": 32, "O_CHUNKS": 3, "BN_O": 16, "BN_FC": 64, "BK_FC": 32, "BC_FC": 16, "BN_V": 16,
          "CH": 8, "ONE_QKV": False, "ONE_O": False, "ONE_FC": False, "ONE_V": False}}
 for batch in (3, 1):
     tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops}}

@@ -52,22 +52,31 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     t = {"B_PAD": b_pad, "BD": BD, "VP": _pow2(V), "CP": _pow2(C), "num_warps": num_warps, "num_stages": 1,
          "DOT": dot}  # no software pipelining: one tile in flight
     t["CH"] = max(1, min(t["VP"], budget // t["VP"]))
-    t["BT"] = max(16, min(_pow2(W), _prev_pow2(budget // 2 // BD)))
+    # a weight element costs a register per row on the multiply-add form (the inputs are held in
+    # the weights' layout); a dot holds its weight tile and its inputs: half of one each
+    cap = budget // rows if not dot else budget // 2
     for name, groups, group, K in (("QKV", H, 3 * D, C), ("FC", 1, 4 * C, C), ("V", 1, V, C)):
         best = None
         for bn in (1 << i for i in range(4 if dot else 0, max(5, _pow2(group).bit_length()))):
-            # a dot also holds its weight tile and its inputs in registers: half the products' budget
-            per_bn = budget // (rows * bn) // (2 if dot else 1)
-            bk = max(16, min(_pow2(K), _prev_pow2(per_bn), _prev_pow2(budget // b_pad)))
-            rounds = triton.cdiv(groups * triton.cdiv(group, bn), programs) * triton.cdiv(K, bk)
-            if best is None or rounds < best[0]:
-                best = (rounds, bn, bk)
-        t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[1], best[2], best[0] == 1
+            for bk in (1 << i for i in range(4, _pow2(K).bit_length())):
+                if bn * bk > cap or b_pad * bk > budget:
+                    continue
+                rounds = triton.cdiv(groups * triton.cdiv(group, bn), programs) * triton.cdiv(K, bk)
+                waste = triton.cdiv(K, bk) * bk - K  # padded columns loaded for nothing
+                if best is None or (rounds, waste) < best[:2]:
+                    best = (rounds, waste, bn, bk)
+        t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[2], best[3], best[0] == 1
     t["BC_FC"] = t["BK_FC"]  # the MLP's second product, (units x outputs), has the first one's size
-    bn_o = max(1, min(_pow2(C), _prev_pow2(budget // 2 // BD)))
-    while bn_o > 1 and batch * H * triton.cdiv(C, bn_o) < programs // 2:
-        bn_o //= 2  # more, smaller chunks while at most one per program
-    t["BN_O"], t["ONE_O"] = bn_o, batch * H * triton.cdiv(C, bn_o) <= programs
+    # attention: the (row, head) pairs split the projection's outputs into as many chunks as there
+    # are programs for them; a chunk that fits a quarter of the budget loads ahead (ONE_O: it is
+    # held through the qkv phase)
+    chunks = max(1, min(triton.cdiv(C, 16), programs // (batch * H)))
+    width = triton.cdiv(C, chunks)
+    bn_o = max(1, min(_pow2(width), _prev_pow2(budget // (4 * BD))))
+    one_o = bn_o >= width and batch * H * chunks <= programs
+    t["O_CHUNKS"], t["BN_O"], t["ONE_O"] = chunks, bn_o, one_o
+    # the cache's slot blocks: k and v in fp32, two registers a slot and dimension
+    t["BT"] = max(16, min(_pow2(W), _prev_pow2(budget // (2 * BD))))
     return t
 
 
