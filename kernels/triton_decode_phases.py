@@ -131,7 +131,7 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, j, n_a, n_m, LN_W, LN_B, eps
             NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, L: tl.constexpr, GROUP: tl.constexpr,
             H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
             ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr,
-            QKV: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, NS: tl.constexpr):
+            QKV: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
     """OUT[b, n] = LN(stream(b)) . W[n, :] (+ BIAS[n]) for every row b < NB, over this program's
     tiles of BN outputs (w_pre: the one tile, when ONE). QKV: W's rows are head-major (head h's
     q, k, v are rows h*3D .. (h+1)*3D, GROUP = 3D); k and v are also written at slot `pos` of the
@@ -150,7 +150,7 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, j, n_a, n_m, LN_W, LN_B, eps
         else:
             acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
         store = (tile == 0) * n_m * QKV  # program 0's first tile writes RES[j + 1] (not for layer 0)
-        for k0 in tl.range(0, K, BK, num_stages=NS):
+        for k0 in range(0, K, BK):
             x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, j, n_a, n_m, store, LN_W, LN_B, eps, NB, K, L,
                               B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
@@ -238,7 +238,7 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, pos, scale, N
 def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, layer, W_FC, B_FC, W_P2T, LN_W, LN_B, eps,
          NB: tl.constexpr, C: tl.constexpr, L: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr,
-         DOT: tl.constexpr, PREC: tl.constexpr, NS: tl.constexpr):
+         DOT: tl.constexpr, PREC: tl.constexpr):
     """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(x + attention)
     W_fc^T (+b)) for them, and adds their share h W_proj2[:, units]^T into XM[layer] with fp32
     atomics (the sum's order varies from run to run, so fp32 results can differ in the last bits).
@@ -254,7 +254,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, layer, W_FC, B_FC, W
             acc = tl.zeros([BN, B_PAD], dtype=tl.float32)
         else:
             acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
-        for k0 in tl.range(0, C, BK, num_stages=NS):
+        for k0 in range(0, C, BK):
             x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, layer, 1, 0, False, LN_W, LN_B, eps, NB, C, L,
                               B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
@@ -268,7 +268,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, layer, W_FC, B_FC, W
         if HAS_BIAS:
             h += tl.load(B_FC + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         h = 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))  # exact (erf) GELU, as F.gelu
-        for c0 in tl.range(0, C, BC, num_stages=NS):
+        for c0 in range(0, C, BC):
             offs_c = c0 + tl.arange(0, BC)
             c_ok = offs_c < C
             if ONE:

@@ -112,10 +112,14 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
             assert t[f"BN_{name}"] <= triton_pow2(N)  # no tile wider than its group (a head's q, k, v)
             # a phase that loads its one tile ahead really has one tile per program and one chunk
             assert not t[f"ONE_{name}"] or (tiles <= 132 and t[f"BK_{name}"] >= K)
-        # attention: the slot block and the projection chunk share the budget; a chunk loaded ahead
-        # is the only item of its program
-        assert (t["BT"] + t["BN_O"]) * t["BD"] <= budget
-        assert not t["ONE_O"] or batch * H * -(-C // t["BN_O"]) <= 132
+        # attention: k and v blocks (fp32) and a projection block fit the budget; a block loaded
+        # ahead (held through the qkv phase) is a quarter of it and the only item of its program,
+        # and covers its whole chunk of outputs
+        assert 2 * t["BT"] * t["BD"] <= budget and t["BN_O"] * t["BD"] <= budget
+        items = batch * H * t["O_CHUNKS"]
+        assert not t["ONE_O"] or (items <= 132 and 4 * t["BN_O"] * t["BD"] <= budget
+                                  and t["BN_O"] >= -(-C // t["O_CHUNKS"]))
+        assert t["O_CHUNKS"] == 1 or items <= 132  # chunks only for programs that would idle
 
 
 def triton_pow2(n):

@@ -28,21 +28,18 @@ def _prev_pow2(n: int) -> int:
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
          budget: int | None = None) -> dict:
-    """Tiles from the shape. Each matvec phase takes the output tile BN (and the reduction chunk
-    BK that the register budget -- fp32 values per program -- then allows) with the fewest rounds
-    of loads per program, each round a full trip to L2: ceil(tiles / programs) * ceil(K / BK);
-    among equals the smallest BN, which keeps the most programs (and their bandwidth) busy. The
-    qkv tiles never straddle two heads (each head's attention waits on its own tiles). A phase
-    that then needs one round (ONE) loads its weights before the barrier that opens it. The
-    attention items (row, head, chunk of BN_O projection outputs) share the budget between the
-    cache's slot blocks (BT) and the projection chunk; the chunk is as large as lets every item
-    have a program of its own, so that chunk loads ahead too (ONE_O)."""
-    if num_warps is None:
-        # four warps a program at batch 1 when every matvec then loads in one round; from batch 4,
-        # or when a wider model needs several rounds, eight, whose doubled register budget holds
-        # twice the bytes in flight (the A/B: experiments/results/h200-2026-12-01c)
-        small = plan(C, H, V, W, batch, programs, 4, budget)
-        num_warps = 4 if batch < 4 and small["ONE_QKV"] and small["ONE_FC"] else 8
+    """Tiles from the shape. Each matvec phase takes the output tile BN and the reduction chunk BK
+    (within the register budget -- fp32 values per program) with the fewest rounds of loads per
+    program, each round a full trip to L2 or memory: ceil(tiles / programs) * ceil(K / BK); among
+    equals the one that leaves the fewest programs idle (their bandwidth unused), then the least
+    padding of K. The qkv tiles never straddle two heads (each head's attention waits on its own
+    tiles). A phase that then needs one round (ONE) loads its weights before the barrier that
+    opens it. The attention items (row, head, chunk of the projection's outputs) use as many
+    chunks as there are programs for them; a chunk small enough to hold through the qkv phase
+    loads ahead too (ONE_O)."""
+    # eight warps a program: their doubled register budget holds twice the bytes in flight and
+    # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d)
+    num_warps = num_warps or 8
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
     dot = batch > 1  # several rows: the tensor cores (a 16-row tile, padded) instead of per-row FMAs
     b_pad = max(16, _pow2(batch)) if dot else 1
@@ -50,7 +47,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     BD = _pow2(D)
     rows = 1 if dot else b_pad  # the products' register cost per weight element
     t = {"B_PAD": b_pad, "BD": BD, "VP": _pow2(V), "CP": _pow2(C), "num_warps": num_warps, "num_stages": 1,
-         "DOT": dot}  # num_stages: the kernel-wide default; the chunk loops set their own (NS)
+         "DOT": dot}  # no software pipelining: two stages measured slower (experiments/results/h200-2026-12-01d)
     t["CH"] = max(1, min(t["VP"], budget // t["VP"]))
     # a weight element costs a register per row on the multiply-add form (the inputs are held in
     # the weights' layout); a dot holds its weight tile and its inputs: half of one each
@@ -69,9 +66,6 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
                     best = (rounds, idle, waste, bn, bk)
         t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[3], best[4], best[0] == 1
     t["BC_FC"] = t["BK_FC"]  # the MLP's second product, (units x outputs), has the first one's size
-    # a phase that loops over chunks keeps the next chunk's loads in flight (two stages through
-    # shared memory: ~131 KB at the 768 and 1152 wide dots, of the 227 KB an SM has)
-    t["NS"] = 1 if t["ONE_QKV"] and t["ONE_FC"] and t["ONE_V"] else 2
     # attention: the (row, head) pairs split the projection's outputs into as many chunks as there
     # are programs for them; a chunk that fits a quarter of the budget loads ahead (ONE_O: it is
     # held through the qkv phase), a larger one loads after the attention, in blocks of the budget
