@@ -1,17 +1,14 @@
 """The phases of one decode step in kernels/triton_persistent.py, one @triton.jit function each.
 
-The residual stream is never rewritten in place: it is a column of (NB, C) fp32 slots, STREAM,
-one per half-layer, that programs add their shares into with atomics:
+The residual stream is never rewritten in place. Per layer l the kernel keeps x_l (RES[l]) and
+two fp32 sums that programs add their shares into with atomics: XA[l] (every head's share of
+the attention projection) and XM[l] (every hidden unit's share of the MLP's output). So
 
-    slot 0         x_0       the embedding (the sample phase writes it)
-    slot 2l + 1    h_l     = x_l + attention_l (+ b_proj)     each head adds its share of the projection
-    slot 2l + 2    x_(l+1) = h_l + mlp_l (+ b_proj2)          each program adds its hidden units' share
+    x_l + attention_l = RES[l] + XA[l] (+ b_proj)                     (the MLP's input)
+    x_(l+1)           = RES[l] + XA[l] + XM[l] (+ b_proj + b_proj2)    (the next layer's input)
 
-and each slot is seeded with the one before it in the same phase (adds commute): the programs
-that read the slot for their tiles add a share of its columns each (_normed_input), so every
-phase reads one slot: what the phase before it summed, with
-no phase in between to gather it. Slots 1.. are zeroed again in the sample phase, after their
-last reader.
+and a phase reads what the phase before it summed, with no phase in between to gather it.
+XA and XM are zeroed again in the sample phase, after their last reader.
 
 Every phase spreads its tiles over the grid (`for tile in range(pid, tiles, nprog)`); when a
 phase gives each program at most one weight tile and one reduction chunk (ONE, chosen by the
@@ -49,32 +46,38 @@ def _tile_rows(tile, N: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
-def _stream(k0, X, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr):
-    """Columns k0..k0+BK of the (NB, K) stream slot X, zero outside."""
-    rows = tl.arange(0, B_PAD)
-    offs_k = k0 + tl.arange(0, BK)
-    ok = (rows < NB)[:, None] & (offs_k < K)[None, :]
-    return tl.load(X + rows[:, None] * K + offs_k[None, :], mask=ok, other=0.0, cache_modifier=".cg")
-
-
-@triton.jit
-def _normed_input(k0, mean, rstd, X, SEED, SEED_BIAS, seeder, share, LN_W, LN_B, eps, NB: tl.constexpr,
-                  K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr, SEEDS: tl.constexpr,
-                  HAS_SEED_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr):
-    """LayerNorm of a chunk of the stream slot X (with ONE the chunk is the whole row, so its
-    statistics come from it: one load). SEEDS: the chunk's columns that are program `seeder`'s
-    share (`share` columns a program) are also added (+ SEED_BIAS) into the next slot, SEED."""
+def _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
+            B_PAD: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Columns k0..k0+BK of RES[j] (+ XA[j] + b_proj[j] if n_a) (+ XM[j] + b_proj2[j] if n_m), zero
+    outside the (NB, K) rows."""
     rows = tl.arange(0, B_PAD)
     offs_k = k0 + tl.arange(0, BK)
     k_ok = offs_k < K
     ok = (rows < NB)[:, None] & k_ok[None, :]
-    x = _stream(k0, X, NB, K, B_PAD, BK)
-    if SEEDS:
-        mine = ok & (offs_k // share == seeder)[None, :]
-        xs = x
-        if HAS_SEED_BIAS:
-            xs += tl.load(SEED_BIAS + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
-        tl.atomic_add(SEED + rows[:, None] * K + offs_k[None, :], xs, mask=mine, sem="relaxed", scope="gpu")
+    at = (j * NB + rows[:, None]) * K + offs_k[None, :]
+    a_ok = k_ok & (offs_k * 0 + n_a > 0)  # the flags as tensors: they are plain ints under the interpreter
+    m_ok = k_ok & (offs_k * 0 + n_m > 0)
+    x = tl.load(RES + at, mask=ok, other=0.0, cache_modifier=".cg")
+    x += tl.load(ACC + at, mask=ok & a_ok[None, :], other=0.0, cache_modifier=".cg")
+    x += tl.load(ACC + L * NB * K + at, mask=ok & m_ok[None, :], other=0.0, cache_modifier=".cg")
+    if HAS_BIAS:
+        x += tl.load(B_O + j * K + offs_k, mask=a_ok, other=0.0).to(tl.float32)[None, :]
+        x += tl.load(B_P2 + j * K + offs_k, mask=m_ok, other=0.0).to(tl.float32)[None, :]
+    return tl.where(ok, x, 0.0)
+
+
+@triton.jit
+def _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, j, n_a, n_m, store, LN_W, LN_B, eps, NB: tl.constexpr,
+                  K: tl.constexpr, L: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr,
+                  HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr):
+    """LayerNorm of a chunk of the stream (with ONE the chunk is the whole row, so its statistics
+    come from it: one load). `store`: also write the stream itself as RES[j + 1]."""
+    rows = tl.arange(0, B_PAD)
+    offs_k = k0 + tl.arange(0, BK)
+    k_ok = offs_k < K
+    ok = (rows < NB)[:, None] & k_ok[None, :]
+    x = _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB, K, L, B_PAD, BK, HAS_BIAS)
+    tl.store(RES + ((j + 1) * NB + rows[:, None]) * K + offs_k[None, :], x, mask=ok & (offs_k * 0 + store > 0)[None, :])
     if ONE:
         mean = tl.sum(x, 1) / K
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / K - mean * mean + eps)
@@ -85,14 +88,15 @@ def _normed_input(k0, mean, rstd, X, SEED, SEED_BIAS, seeder, share, LN_W, LN_B,
 
 
 @triton.jit
-def _stats(X, eps, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr):
+def _stats(RES, ACC, B_O, B_P2, j, n_a, n_m, eps, NB: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
+           B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr):
     """Each row's LayerNorm mean and 1 / std over the stream (one pass of sums, fp32); with ONE the
     matvec takes them from its one chunk instead."""
     s1 = tl.zeros([B_PAD], dtype=tl.float32)
     s2 = s1
     if not ONE:
         for k0 in range(0, K, BK):
-            x = _stream(k0, X, NB, K, B_PAD, BK)
+            x = _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB, K, L, B_PAD, BK, HAS_BIAS)
             s1 += tl.sum(x, 1)
             s2 += tl.sum(x * x, 1)
     mean = s1 / K
@@ -123,21 +127,20 @@ def _reduced(acc, DOT: tl.constexpr):
 
 
 @triton.jit
-def _matvec(pid, nprog, w_pre, X, SEED, SEED_BIAS, LN_W, LN_B, eps, W, BIAS, OUT, KC, VC, CNT, pos, NB: tl.constexpr,
-            N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr, H: tl.constexpr, W_CACHE: tl.constexpr,
-            B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr, HAS_LN_B: tl.constexpr,
-            HAS_BIAS: tl.constexpr, HAS_SEED_BIAS: tl.constexpr, QKV: tl.constexpr, DOT: tl.constexpr,
-            PREC: tl.constexpr):
-    """OUT[b, n] = LN(X[b]) . W[n, :] (+ BIAS[n]) for every row b < NB, over this program's tiles
-    of BN outputs (w_pre: the one tile, when ONE). QKV: W's rows are head-major (head h's q, k, v
-    are rows h*3D .. (h+1)*3D, GROUP = 3D); k and v are also written at slot `pos` of the
-    (B, H, W, D) caches, each tile counts itself done on its head's counter (CNT[h], release)
-    for the attention that waits on it, and X seeds the next slot, SEED (+ SEED_BIAS)."""
+def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, j, n_a, n_m, LN_W, LN_B, eps, W, BIAS, OUT, KC, VC, CNT, pos,
+            NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, L: tl.constexpr, GROUP: tl.constexpr,
+            H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+            ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr,
+            QKV: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
+    """OUT[b, n] = LN(stream(b)) . W[n, :] (+ BIAS[n]) for every row b < NB, over this program's
+    tiles of BN outputs (w_pre: the one tile, when ONE). QKV: W's rows are head-major (head h's
+    q, k, v are rows h*3D .. (h+1)*3D, GROUP = 3D); k and v are also written at slot `pos` of the
+    (B, H, W, D) caches, program 0 writes the stream as RES[j + 1], and each tile counts itself
+    done on its head's counter (CNT[h], release) for the attention that waits on it."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
-    mean, rstd = _stats(X, eps, NB, K, B_PAD, BK, ONE)
+    mean, rstd = _stats(RES, ACC, B_O, B_P2, j, n_a, n_m, eps, NB, K, L, B_PAD, BK, ONE, HAS_BIAS)
     tiles: tl.constexpr = (N // GROUP) * ((GROUP + BN - 1) // BN)
-    share = tl.cdiv(K, tl.minimum(tiles, nprog))  # columns each program with a tile seeds
     for tile in range(pid, tiles, nprog):
         r0, r_end = _tile_rows(tile, N, GROUP, BN)
         offs_n = r0 + tl.arange(0, BN)
@@ -146,10 +149,10 @@ def _matvec(pid, nprog, w_pre, X, SEED, SEED_BIAS, LN_W, LN_B, eps, W, BIAS, OUT
             acc = tl.zeros([BN, B_PAD], dtype=tl.float32)
         else:
             acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
-        seeder = tl.where(tile == pid, pid, -1)  # a program seeds during its first tile only
+        store = (tile == 0) * n_m * QKV  # program 0's first tile writes RES[j + 1] (not for layer 0)
         for k0 in range(0, K, BK):
-            x = _normed_input(k0, mean, rstd, X, SEED, SEED_BIAS, seeder, share, LN_W, LN_B, eps, NB, K, B_PAD, BK,
-                              ONE, QKV, HAS_SEED_BIAS, HAS_LN_B)
+            x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, j, n_a, n_m, store, LN_W, LN_B, eps, NB, K, L,
+                              B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = w_pre
             else:
@@ -158,7 +161,7 @@ def _matvec(pid, nprog, w_pre, X, SEED, SEED_BIAS, LN_W, LN_B, eps, W, BIAS, OUT
                             other=0.0)
             acc = _product(acc, w, x, DOT, PREC)
         out = _reduced(acc, DOT)
-        if HAS_BIAS:
+        if HAS_BIAS_OUT:
             out += tl.load(BIAS + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         out_ok = row_ok[:, None] & n_ok[None, :]
         tl.store(OUT + rows[:, None] * N + offs_n[None, :], out, mask=out_ok)
@@ -232,19 +235,18 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, pos, scale, N
 
 
 @triton.jit
-def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, B_P2, W_FC, B_FC, W_P2T, LN_W, LN_B, eps, NB: tl.constexpr,
-         C: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
+def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, layer, W_FC, B_FC, W_P2T, LN_W, LN_B, eps,
+         NB: tl.constexpr, C: tl.constexpr, L: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr,
          DOT: tl.constexpr, PREC: tl.constexpr):
-    """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(X) W_fc^T
-    (+b)) for them, and adds their share h W_proj2[:, units]^T into the next slot XM with fp32
-    atomics; X itself (+ b_proj2) seeds XM. The sum's order varies from run to run, so fp32
-    results can differ in the last bits.
+    """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(x + attention)
+    W_fc^T (+b)) for them, and adds their share h W_proj2[:, units]^T into XM[layer] with fp32
+    atomics (the sum's order varies from run to run, so fp32 results can differ in the last bits).
     W_P2T is W_proj2 transposed (4C, C): a program's units are contiguous rows."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
-    mean, rstd = _stats(X, eps, NB, C, B_PAD, BK, ONE)
-    share = tl.cdiv(C, tl.minimum(tl.cdiv(4 * C, BN), nprog))
+    XM = ACC + (L + layer) * NB * C
+    mean, rstd = _stats(RES, ACC, B_O, B_P2, layer, 1, 0, eps, NB, C, L, B_PAD, BK, ONE, HAS_BIAS)
     for tile in range(pid, tl.cdiv(4 * C, BN), nprog):
         offs_n = tile * BN + tl.arange(0, BN)
         n_ok = offs_n < 4 * C
@@ -252,10 +254,9 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, B_P2, W_FC, B_FC, W_P2T, LN_W, LN_
             acc = tl.zeros([BN, B_PAD], dtype=tl.float32)
         else:
             acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
-        seeder = tl.where(tile == pid, pid, -1)
         for k0 in range(0, C, BK):
-            x = _normed_input(k0, mean, rstd, X, XM, B_P2, seeder, share, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, True,
-                              HAS_BIAS, HAS_LN_B)
+            x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, layer, 1, 0, False, LN_W, LN_B, eps, NB, C, L,
+                              B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = wfc_pre
             else:
@@ -284,13 +285,13 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, B_P2, W_FC, B_FC, W_P2T, LN_W, LN_
 
 
 @triton.jit
-def _sample_embed(pid, nprog, LOGITS, NOISE, OUT, t, WTE, WPE, STREAM, pos_next, temperature, top_k,
+def _sample_embed(pid, nprog, LOGITS, NOISE, OUT, t, WTE, WPE, RES, ACC, pos_next, temperature, top_k,
                   NB: tl.constexpr, V: tl.constexpr, C: tl.constexpr, L: tl.constexpr, TOTAL: tl.constexpr,
                   W_CACHE: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
                   GREEDY: tl.constexpr, TOP_K: tl.constexpr):
     """Row b's token for column t (decode/sampling.py's rule: greedy, or Gumbel-max over
     logits / temperature with everything below the k-th largest dropped), then the next step's
-    input, slot 0 = wte[token] + wpe[pos_next]; the other slots start again from zero."""
+    input RES[0] = wte[token] + wpe[pos_next]; the layers' sums start again from zero."""
     offs_v = tl.arange(0, VP)
     v_ok = offs_v < V
     offs_c = tl.arange(0, CP)
@@ -314,7 +315,7 @@ def _sample_embed(pid, nprog, LOGITS, NOISE, OUT, t, WTE, WPE, STREAM, pos_next,
         ok = c_ok & (offs_c * 0 + pos_next < W_CACHE)  # the run's last step has no next position
         x = tl.load(WTE + token * C + offs_c, mask=ok, other=0.0).to(tl.float32) + \
             tl.load(WPE + pos_next * C + offs_c, mask=ok, other=0.0).to(tl.float32)
-        tl.store(STREAM + b * C + offs_c, x, mask=ok)
+        tl.store(RES + b * C + offs_c, x, mask=ok)
     for z0 in range(pid * CP, 2 * L * NB * C, nprog * CP):
         offs_z = z0 + offs_c
-        tl.store(STREAM + NB * C + offs_z, tl.zeros([CP], dtype=tl.float32), mask=offs_z < 2 * L * NB * C)
+        tl.store(ACC + offs_z, tl.zeros([CP], dtype=tl.float32), mask=offs_z < 2 * L * NB * C)

@@ -8,16 +8,16 @@ phases are separated by grid-wide barriers (an atomic counter every program adds
 on), so a token costs PHASES barriers instead of ~40 launches, and each barrier costs about as
 much as a small phase's work: two phases a layer.
 
-  once:              embed    x_0 = wte[out[t-1]] + wpe[pos]
+  once:              embed    RES[0] = wte[out[t-1]] + wpe[pos]
   per layer:     1.  attn     qkv = LN1(x) W_attn^T (+b) in tiles over the grid, k and v written
                               into the static cache; each head's attention starts as soon as that
                               head's tiles are counted done (a counter per head, not a barrier),
-                              and adds its share of the projection into the stream
-                 2.  mlp      x += GELU(LN2(x) W_fc^T (+b)) W_proj2^T, a share per program
+                              and adds its share of the projection into XA
+                 2.  mlp      XM += GELU(LN2(x + XA) W_fc^T (+b)) W_proj2^T, a share per program
   per token:         head     logits[t] = LN_f(x) wte^T
-                     sample   out[t] = argmax(logits / T + gumbel[t]) (top-k first), x_0 = embed(out[t])
+                     sample   out[t] = argmax(logits / T + gumbel[t]) (top-k first), RES[0] = embed(out[t])
 
-The phases and the stream's slots are in kernels/triton_decode_phases.py; the
+The phases and the stream's buffers (RES, XA, XM) are in kernels/triton_decode_phases.py; the
 tiles come from the shape (decode/persistent.py: plan). Accumulation is fp32, and the residual
 stream, q/k/v and the MLP hidden state are kept in fp32; from batch 2 the tensor-core products
 read them in the weights' dtype. The cache keeps the weights' dtype, as every other path's does.
@@ -59,7 +59,7 @@ def _grid_sync(BAR, k, PROF, PROFILE: tl.constexpr):
 @triton.jit(do_not_specialize=["n_steps", "top_k"])
 def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        WTE, WPE, LN1_W, LN1_B, W_QKV, B_QKV, W_O, B_O, LN2_W, LN2_B, W_FC, B_FC, W_P2T, B_P2,
-                       LNF_W, LNF_B, KC, VC, STREAM, QKV,
+                       LNF_W, LNF_B, KC, VC, RES, ACC, QKV,
                        n_steps, temperature, top_k, eps, scale,
                        NB: tl.constexpr, C: tl.constexpr, H: tl.constexpr, L: tl.constexpr, V: tl.constexpr,
                        W_CACHE: tl.constexpr, TOTAL: tl.constexpr, B_PAD: tl.constexpr, BN_QKV: tl.constexpr,
@@ -87,7 +87,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
         token = tl.load(OUT + b * TOTAL + t0 - 1)
         x = tl.load(WTE + token * C + offs_c, mask=offs_c < C, other=0.0).to(tl.float32) + \
             tl.load(WPE + pos0 * C + offs_c, mask=offs_c < C, other=0.0).to(tl.float32)
-        tl.store(STREAM + b * C + offs_c, x, mask=offs_c < C)
+        tl.store(RES + b * C + offs_c, x, mask=offs_c < C)
     # this program's first tile of each phase, fixed for the run: its weights can load ahead
     r0, r_end = _tile_rows(pid, 3 * C, 3 * D, BN_QKV)
     o_head = (pid // O_CHUNKS) % H
@@ -98,30 +98,32 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
         pos = pos0 + i
         k = i * PHASES  # barriers passed before this step
         for layer in range(L):
-            x = STREAM + 2 * layer * NB * C  # x_l; h_l and x_(l+1) are the next two slots
+            prev = tl.maximum(layer - 1, 0)
+            deeper = tl.minimum(layer, 1)  # layer 0 reads RES[0] alone; a deeper one sums the one before
             kc = KC + layer * NB * H * W_CACHE * D
             vc = VC + layer * NB * H * W_CACHE * D
             w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV)
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, PROFILE)
-            _matvec(pid, nprog, w, x, x + NB * C, B_O + layer * C, LN1_W + layer * C, LN1_B + layer * C, eps,
-                    W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB, 3 * C, C,
-                    3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_LN_B, HAS_BIAS, HAS_BIAS, True, DOT, PREC)
+            _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, prev, deeper, deeper, LN1_W + layer * C, LN1_B + layer * C,
+                    eps, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB,
+                    3 * C, C, L, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS,
+                    True, DOT, PREC)
             _attend(pid, nprog, wo, QKV, kc, vc, CNT + layer * H, (i + 1) * TILES_PER_HEAD, W_O + layer * C * C,
-                    x + NB * C, pos, scale, NB, H, D, W_CACHE, BT, BD, O_CHUNKS, BN_O, ONE_O)
+                    ACC + layer * NB * C, pos, scale, NB, H, D, W_CACHE, BT, BD, O_CHUNKS, BN_O, ONE_O)
             w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, PROFILE)
-            _mlp(pid, nprog, w, w2, x + NB * C, x + 2 * NB * C, B_P2 + layer * C, W_FC + layer * 4 * C * C,
-                 B_FC + layer * 4 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C,
-                 B_PAD, BN_FC, BK_FC, BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC)
+            _mlp(pid, nprog, w, w2, RES, ACC, B_O, B_P2, layer, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C,
+                 W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C, L, B_PAD, BN_FC, BK_FC,
+                 BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC)
         logits = LOGITS + t * NB * V
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
         _grid_sync(BAR, k + PHASES - 1, PROF, PROFILE)
-        _matvec(pid, nprog, w, STREAM + 2 * L * NB * C, WTE, WTE, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT,
-                pos, NB, V, C, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, HAS_LN_B, False, False, False, DOT, PREC)
+        _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, L - 1, 1, 1, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT,
+                pos, NB, V, C, L, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, HAS_BIAS, HAS_LN_B, False, False, DOT, PREC)
         _grid_sync(BAR, k + PHASES, PROF, PROFILE)
-        _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, STREAM, pos + 1, temperature,
+        _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, RES, ACC, pos + 1, temperature,
                       top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)
     _grid_sync(BAR, n_steps * PHASES + 1, PROF, PROFILE)  # closes the last phase's time stamp
     if pid == 0:

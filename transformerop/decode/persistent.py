@@ -135,8 +135,7 @@ class Persistent(Static):
             return torch.zeros(*shape, device=dev, dtype=torch.float32)
 
         self.tiles = tiles
-        # the residual stream's slots: x_0, then h_l and x_(l+1) for each layer (kernels/triton_decode_phases.py)
-        self.buf = {"STREAM": scratch(2 * L + 1, B, C), "QKV": scratch(B, 3 * C)}
+        self.buf = {"RES": scratch(L, B, C), "ACC": scratch(2, L, B, C), "QKV": scratch(B, 3 * C)}
 
     def run(self, out, t, noise, temperature: float, top_k, n: int):
         """n decode steps: feed out[:, t - 1] at the cache position, sample out[:, t], advance t
