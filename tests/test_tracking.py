@@ -15,7 +15,7 @@ def assert_sinks_agree(job_dir, exit_code=0):
     r = results(job_dir)
     folders = run_folders(job_dir)
     assert len(folders) == 1, folders
-    run = OfflineRun(folders[0])
+    run = OfflineRun.finished(folders[0])
     assert run.run_id == r["wandb"]["run_id"] and run.exit_code == exit_code
     assert run.user_config() == r["config"]
     summary = run.user_summary()
@@ -115,7 +115,7 @@ def test_train_run_files_hold_artifacts_console_and_name(tmp_path):
     p = run_cli(*FAST, f"hydra.run.dir={tmp_path}")
     assert p.returncode == 0, p.stderr[-3000:]
     folder = run_folders(tmp_path)[0]
-    run = OfflineRun(folder)
+    run = OfflineRun.finished(folder)
     kinds = {a["type"]: a for a in run.artifacts}
     assert kinds["model"]["files"] == ["best.pt"] and kinds["results"]["files"] == ["results.json"]
     console = (folder / "files" / "output.log").read_text()
@@ -165,7 +165,7 @@ def test_wandb_starts_after_startup_and_replays_what_came_before_in_order(tmp_pa
     tr.log({"train/loss": 1.0}, step=3)
     tr.set(val_loss=1.5)
     rec = tr.finish("ok", None, {})
-    run = OfflineRun(run_folders(tmp_path)[0])
+    run = OfflineRun.finished(run_folders(tmp_path)[0])
     assert [h["train/loss"] for h in run.history if "train/loss" in h] == [3.0, 2.0, 1.0]
     assert rec["status"] == "ok" and run.exit_code == 0 and run.user_summary()["val_loss"] == 1.5
 
@@ -188,3 +188,33 @@ def test_a_wandb_start_that_fails_keeps_the_metrics_and_fails_the_job(tmp_path, 
     rec = tr.finish("ok", None, {})
     assert rec["status"] == "failed" and rec["error"]["type"] == "WandbError" and "no route" in rec["error"]["message"]
     assert rec["metrics"]["val_loss"] == 1.5 and rec["history"][0]["train/loss"] == 1.0
+
+
+def test_the_offline_reader_waits_for_a_file_flushed_late(tmp_path):
+    """A .wandb file read before W&B's service flushed its tail lacks the last rows and the exit
+    record (planted here: the file cut short, completed 0.5 s later); OfflineRun.finished waits."""
+    import shutil
+    import threading
+    import time
+
+    from transformerop import clock
+    clock.job_started()
+    (tmp_path / "job").mkdir()
+    tr = _tracker(tmp_path / "job")
+    tr.start()
+    clock.end_startup()
+    for step, loss in enumerate((3.0, 2.0, 1.0)):
+        tr.log({"train/loss": loss}, step=step)
+    tr.finish("ok", None, {})
+    done = OfflineRun.finished(run_folders(tmp_path / "job")[0])
+    late = tmp_path / "late" / done.folder.name
+    shutil.copytree(done.folder, late)
+    log_file = next(late.glob("*.wandb"))
+    full = log_file.read_bytes()
+    log_file.write_bytes(full[:7])  # the header alone: nothing flushed yet
+    assert OfflineRun(late).exit_code is None and OfflineRun(late).history == []
+    threading.Timer(0.5, log_file.write_bytes, args=(full,)).start()
+    t0 = time.monotonic()
+    run = OfflineRun.finished(late, timeout=20)
+    assert time.monotonic() - t0 >= 0.4
+    assert run.exit_code == 0 and [h["train/loss"] for h in run.history] == [3.0, 2.0, 1.0]

@@ -9,6 +9,7 @@ ships no reader for it, hence this one (the tests use it to check that W&B and r
 the same)."""
 import json
 import struct
+import time
 import zlib
 from pathlib import Path
 
@@ -90,6 +91,21 @@ class OfflineRun:
                                        "files": [m.path for m in r.artifact.manifest.contents]})
             elif kind == "exit":
                 self.exit_code = r.exit.exit_code
+
+    @classmethod
+    def finished(cls, folder, timeout: float = 30.0) -> "OfflineRun":
+        """The run once its file holds the exit record. `run.finish()` can return before W&B's
+        service has flushed the file's last block, so a reader right after it may see a file cut
+        short (seen as a history without its last rows); wait for the exit record instead."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                run = cls(folder)
+            except (FileNotFoundError, CorruptLog):  # not written yet, or a block half flushed
+                run = None
+            if (run is not None and run.exit_code is not None) or time.monotonic() > deadline:
+                return run if run is not None else cls(folder)
+            time.sleep(0.1)
 
     def _config(self, updates) -> None:
         for item in updates:
