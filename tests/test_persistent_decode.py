@@ -4,6 +4,7 @@ under TRITON_INTERPRET=1 in a subprocess, one program (the barriers pass at once
 make every loop of the kernel run more than once. A compile for sm_90 (no GPU needed) checks what
 the interpreter cannot: the kernel compiles and fits the H200's shared memory.
 On a GPU: the real grid, fp32 and bf16, batch 1 to 8, a wider model."""
+import itertools
 import os
 
 import pytest
@@ -99,9 +100,9 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt():
 
 def test_plan_fits_the_register_budget_and_covers_every_output():
     from transformerop.decode.persistent import REGISTERS_PER_THREAD, plan
-    for C, H, W, batch in ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1152, 18, 256, 8),
-                           (96, 4, 64, 2)):
-        t = plan(C, H, 65, W, batch, 132)
+    shapes = ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1152, 18, 256, 8), (96, 4, 64, 2))
+    for (C, H, W, batch), cost in itertools.product(shapes, ("rounds", "bytes")):
+        t = plan(C, H, 65, W, batch, 132, cost=cost)
         budget = REGISTERS_PER_THREAD * 32 * t["num_warps"]
         D = C // H
         for name, tiles, N, K in (("QKV", H * -(-3 * D // t["BN_QKV"]), 3 * D, C), ("FC", -(-4 * C // t["BN_FC"]), 4 * C, C),
@@ -120,6 +121,11 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         assert not t["ONE_O"] or (items <= 132 and 4 * t["BN_O"] * t["BD"] <= budget
                                   and t["BN_O"] >= -(-C // t["O_CHUNKS"]))
         assert t["O_CHUNKS"] == 1 or items <= 132  # chunks only for programs that would idle
+    # counting the stream's rereads widens the 1152-wide MLP's tensor-core tiles (one a program,
+    # not three); the multiply-add form (batch 1) keeps its tiles
+    rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132), plan(1152, 18, 65, 256, 8, 132, cost="bytes")
+    assert (rounds["BN_FC"], by_bytes["BN_FC"]) == (16, 64)
+    assert plan(1152, 18, 65, 256, 1, 132, cost="bytes") == plan(1152, 18, 65, 256, 1, 132)
 
 
 def triton_pow2(n):
@@ -130,9 +136,11 @@ def triton_pow2(n):
 H200_SHARED_MEMORY = 232448  # bytes one program may use on sm_90 (the launch refuses more)
 
 
-@pytest.mark.parametrize("C,L,H,batch,dtype", [(384, 6, 6, 1, "bf16"), (384, 6, 6, 8, "bf16"),
-                                                (1152, 18, 18, 4, "bf16"), (768, 4, 12, 3, "fp32")])
-def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype):
+@pytest.mark.parametrize("C,L,H,batch,dtype,cost", [(384, 6, 6, 1, "bf16", "rounds"), (384, 6, 6, 8, "bf16", "rounds"),
+                                                     (1152, 18, 18, 4, "bf16", "rounds"),
+                                                     (1152, 18, 18, 8, "bf16", "bytes"),
+                                                     (768, 4, 12, 3, "fp32", "rounds")])
+def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost):
     """triton.compile for sm_90 needs no GPU. It catches what the interpreter lets through (a plain
     module global inside @triton.jit, a dot's operand shapes) and a plan whose shared memory the
     H200 would refuse at launch (software-pipelining the 1152-wide dot loops needs twice the limit)."""
@@ -142,7 +150,7 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
 
     from kernels import triton_persistent as k
     from transformerop.decode.persistent import plan
-    tiles = plan(C, H, 65, 256, batch, 132)
+    tiles = plan(C, H, 65, 256, batch, 132, cost=cost)
     options = {"num_warps": tiles.pop("num_warps"), "num_stages": tiles.pop("num_stages")}
     const = {"NB": batch, "C": C, "H": H, "L": L, "V": 65, "W_CACHE": 256, "TOTAL": 501, **tiles, "HAS_BIAS": True,
              "HAS_LN_B": True, "GREEDY": False, "TOP_K": True, "PROFILE": True,

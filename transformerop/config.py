@@ -33,6 +33,7 @@ def choices(name: str, names) -> type:
 
 
 Task = choices("Task", TASKS)
+TileCost = choices("TileCost", ("rounds", "bytes"))
 Model = choices("Model", MODELS)
 Data = choices("Data", DATASETS)
 Attention = choices("Attention", BACKENDS)
@@ -100,6 +101,10 @@ class DecodeConfig:
     # program = more programs on the SMs; a sweep over them decides, not a guess.
     block_n: int = num(4, ge=1, power_of_two=True)
     block_k: int = num(128, ge=16, power_of_two=True)
+    # decode=persistent's tensor-core tiles (batch >= 2) keep a program's weight load rounds fewest
+    # (rounds) or the bytes it loads fewest, counting the batch's stream that narrow tiles reread
+    # for every tile and chunk (bytes); a sweep over them decides
+    tile_cost: TileCost = TileCost.rounds
 
 
 @dataclass

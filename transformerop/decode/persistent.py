@@ -27,16 +27,19 @@ def _prev_pow2(n: int) -> int:
 
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
-         budget: int | None = None) -> dict:
+         budget: int | None = None, cost: str = "rounds") -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN and the reduction chunk BK
     (within the register budget -- fp32 values per program) with the fewest rounds of loads per
     program, each round a full trip to L2 or memory: ceil(tiles / programs) * ceil(K / BK); among
     equals the one that leaves the fewest programs idle (their bandwidth unused), then the least
-    padding of K. The qkv tiles never straddle two heads (each head's attention waits on its own
-    tiles). A phase that then needs one round (ONE) loads its weights before the barrier that
-    opens it. The attention items (row, head, chunk of the projection's outputs) use as many
-    chunks as there are programs for them; a chunk small enough to hold through the qkv phase
-    loads ahead too (ONE_O)."""
+    padding of K. cost="bytes" ranks the tensor-core form's tiles by the bytes a program loads
+    instead: its weights and, for every tile and chunk again, the batch's stream (up to three
+    fp32 parts a row), which narrow tiles reread many times (decode.tile_cost). The qkv tiles
+    never straddle two heads (each head's attention waits on its own tiles). A phase that then
+    needs one round (ONE) loads its weights before the barrier that opens it. The attention
+    items (row, head, chunk of the projection's outputs) use as many chunks as there are
+    programs for them; a chunk small enough to hold through the qkv phase loads ahead too
+    (ONE_O)."""
     # eight warps a program: their doubled register budget holds twice the bytes in flight and
     # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d)
     num_warps = num_warps or 8
@@ -52,7 +55,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # a weight element costs a register per row on the multiply-add form (the inputs are held in
     # the weights' layout); a dot holds its weight tile and its inputs: half of one each
     cap = budget // rows if not dot else budget // 2
-    for name, groups, group, K in (("QKV", H, 3 * D, C), ("FC", 1, 4 * C, C), ("V", 1, V, C)):
+    for name, groups, group, K, parts in (("QKV", H, 3 * D, C, 3), ("FC", 1, 4 * C, C, 2), ("V", 1, V, C, 3)):
         best = None
         for bn in (1 << i for i in range(4 if dot else 0, max(5, _pow2(group).bit_length()))):
             for bk in (1 << i for i in range(4, _pow2(K).bit_length())):
@@ -62,9 +65,12 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
                 rounds = triton.cdiv(tiles, programs) * triton.cdiv(K, bk)
                 idle = max(0, programs - tiles)  # programs whose bandwidth the phase leaves unused
                 waste = triton.cdiv(K, bk) * bk - K  # padded columns loaded for nothing
-                if best is None or (rounds, idle, waste) < best[:3]:
-                    best = (rounds, idle, waste, bn, bk)
-        t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[3], best[4], best[0] == 1
+                rank = (rounds,)
+                if cost == "bytes" and dot:  # 16-bit weights, fp32 stream parts for the batch's rows
+                    rank = (triton.cdiv(tiles, programs) * K * (2 * bn + 4 * parts * batch), rounds)
+                if best is None or (*rank, idle, waste) < best[0]:
+                    best = ((*rank, idle, waste), bn, bk, rounds)
+        t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[1], best[2], best[3] == 1
     t["BC_FC"] = t["BK_FC"]  # the MLP's second product, (units x outputs), has the first one's size
     # attention: the (row, head) pairs split the projection's outputs into as many chunks as there
     # are programs for them; a chunk that fits a quarter of the budget loads ahead (ONE_O: it is
@@ -120,7 +126,7 @@ class Persistent(Static):
                       LNF_B=model.ln_f.bias.detach() if self.ln_bias else dummy)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
-        self.set_tiles(plan(C, H, V, W, batch_size, self.programs))
+        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "rounds"))))
         self.bar = torch.zeros(1 + L * H, device=dev, dtype=torch.int32)  # the barrier, then a counter per head
         self.stamps = None  # a list while phase_profile runs
         self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
