@@ -24,14 +24,14 @@ def timing(median, spread=0.1, predicted=None):
 
 
 def job(sweep, num, overrides, study=("demo", "decode=recompute"), status="ok", timings=None, metrics=None,
-        history=None, error=None, logger="none", task="bench", goals=(), tables=None, env=ENV):
+        history=None, error=None, logger="none", task="bench", goals=(), tables=None, env=ENV, dtype=None):
     d = sweep / str(num)
     d.mkdir(parents=True)
     record = {"status": status, "error": {"type": "RuntimeError", "message": error, "traceback": ""} if error else None,
               "task": task, "overrides": ["experiment=" + study[0], *overrides],
               "study": {"name": study[0], "baseline": study[1], "smoke": False, "goals": list(goals)}, "tags": [],
               "config": {"logger": {"name": logger, "mode": "offline", "project": "transformerop-test"},
-                         "train": {"target_loss": None}},
+                         "train": {"target_loss": None, **({"dtype": dtype} if dtype else {})}},
               "metrics": metrics or {}, "timings": timings or {}, "tables": tables or {}, "history": history or [],
               "env": env, "wandb": {"mode": "off"}, "job_dir": str(d), "started": "2026-11-30T12:00:00", "wall_s": 1.5}
     (d / "results.json").write_text(json.dumps(record))
@@ -142,22 +142,30 @@ def test_an_every_row_goal_is_judged_on_its_worst_row_against_the_paired_baselin
     goals = [{"what": "1.5x compiled everywhere", "metric": "median_ms", "where": "decode=persistent",
               "goal_x_baseline": 1.5, "every": True}]
     sweep = tmp_path / "s"
-    phases = {"phase_us_per_token": 40.0, "phases_per_token": 20, "phase_us_qkv": 25.0, "phase_us_head": 15.0}
+    phases = {"phase_us_per_token": 40.0, "phases_per_token": 20, "phase_us_qkv": 25.0, "phase_us_head": 15.0,
+              "params": 1e6}  # 2 MB of bf16 weights a step in 40 us: 50 GB/s
     rows = [("compiled", 1, 2.0, {}), ("compiled", 4, 2.0, {}), ("persistent", 1, 0.5, phases),
             ("persistent", 4, 1.6, phases)]
     for i, (dec, b, ms, extra) in enumerate(rows):
         job(sweep, i, [f"decode={dec}", f"generate.batch_size={b}"], study=("decode_speed", "decode=compiled"),
-            goals=goals, timings={"generate": timing(ms, 0.01)}, metrics={"tok_per_s": 1000 * b / ms, **extra})
+            goals=goals, timings={"generate": timing(ms, 0.01)}, metrics={"tok_per_s": 1000 * b / ms, **extra},
+            dtype="bfloat16")
     md = R.report([sweep], use_wandb=False)["md"].read_text()
     line = next(ln for ln in md.splitlines() if ln.startswith("| 1.5x compiled everywhere"))
     assert "| 1.25x (1.6 median_ms) |" in line  # the worst row (batch 4: 2.0 / 1.6), not the best (4x)
     assert "| missed at 1 of 2 rows; the worst missed by 17% |" in line
-    assert "in-kernel phases: 40.0 us per decode step over 20 grid barriers (2.00 us each): qkv 25.0 us, head 15.0 us" in line
+    assert "in-kernel phases: 40.0 us per decode step over 20 grid barriers (2.00 us each): qkv 25.0 us, head 15.0 us" \
+        "; weights read at 50 GB/s |" in line
+    # each missing row, by how much and what bounds it; a row that meets the goal is not listed
+    misses = md.split('**Rows that miss "1.5x compiled everywhere"** (worst first):')[1].split("\n\n")[1].splitlines()
+    assert misses[2:] == ["| decode=persistent batch_size=4 | 1.25x | 17% | in-kernel phases: 40.0 us per decode step "
+                          "over 20 grid barriers (2.00 us each): qkv 25.0 us, head 15.0 us; weights read at 50 GB/s |"]
     goals[0]["goal_x_baseline"] = 1.2
     for i in range(4):
         f = sweep / str(i) / "results.json"
         f.write_text(f.read_text().replace('"goal_x_baseline": 1.5', '"goal_x_baseline": 1.2'))
-    assert "| met at all 2 rows |" in R.report([sweep], use_wandb=False)["md"].read_text()
+    md = R.report([sweep], use_wandb=False)["md"].read_text()
+    assert "| met at all 2 rows |" in md and "Rows that miss" not in md
 
 
 def test_start_up_goals_are_bounded_by_their_phases(tmp_path):

@@ -45,6 +45,19 @@ def _phases(r) -> str:
     return "start-up by phase: " + ", ".join(f"{n} {v:.2f} s" for n, v in ph) if ph else ""
 
 
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _weights_rate(r, us_per_step: float) -> str:
+    """A decode step reads every weight once: params x itemsize over the step's time, the rate to
+    set beside the device's memory bandwidth (the cache's reads come on top)."""
+    params = (r.get("metrics") or {}).get("params")
+    size = ITEMSIZE.get(((r.get("config") or {}).get("train") or {}).get("dtype"))
+    if not (_num(params) and size and us_per_step > 0):
+        return ""
+    return f"; weights read at {params * size / us_per_step / 1e3:,.0f} GB/s"
+
+
 def _bound(r, metric: str) -> str:
     """What the best row's own measurements say bounds it. Start-up: its phases. Otherwise the
     kernel profile's GPU time against the wall time (decode: per token; bench, train: per call or
@@ -62,7 +75,7 @@ def _bound(r, metric: str) -> str:
                         and k != "phase_us_per_token" and _num(v)), key=lambda kv: -kv[1])
         return (f"in-kernel phases: {m['phase_us_per_token']:.1f} us per decode step over {m['phases_per_token']:.0f} "
                 f"grid barriers ({m['phase_us_per_token'] / m['phases_per_token']:.2f} us each): "
-                + ", ".join(f"{n} {v:.1f} us" for n, v in kinds))
+                + ", ".join(f"{n} {v:.1f} us" for n, v in kinds) + _weights_rate(r, m["phase_us_per_token"]))
     if _num(m.get("gpu_busy")):
         return (f"profile: kernels busy {m['gpu_busy']:.0%} of the wall time: {m['kernels_per_token']:.0f} "
                 f"kernels, {m['kernel_us_per_token']:.0f} us of kernel time per token")
@@ -96,15 +109,39 @@ def judge(g, df, records) -> dict:
     best = (worse if every else better)(rows, key=lambda i: df[col][i])  # `every`: the worst row decides
     ours = float(df[col][best])
     met = ours <= target if lower else ours >= target
-    gap = (ours / target - 1) if lower else (1 - ours / target)
+    gap = _shortfall(ours, target, lower)
     verdict = "met" if met else f"missed by {gap:.0%}" if math.isfinite(gap) else "missed"
+    missed = []
     if every:
-        misses = sum(not (df[col][i] <= target if lower else df[col][i] >= target) for i in rows)
+        missed = [i for i in rows if not (df[col][i] <= target if lower else df[col][i] >= target)]
         verdict = f"met at all {len(rows)} rows" if met else \
-            f"missed at {misses} of {len(rows)} rows; the worst {verdict}"
+            f"missed at {len(missed)} of {len(rows)} rows; the worst {verdict}"
     out.update(ours=ours, row=df["label"][best], index=best, bound=_bound(records[best], metric),
-               value=float(df[metric][best]) if metric in df else None, verdict=verdict)
+               value=float(df[metric][best]) if metric in df else None, verdict=verdict,
+               missed=[(df["label"][i], float(df[col][i]), _shortfall(float(df[col][i]), target, lower),
+                        _bound(records[i], metric)) for i in missed])
     return out
+
+
+def _shortfall(ours: float, target: float, lower: bool) -> float:
+    return (ours / target - 1) if lower else (1 - ours / target)
+
+
+def missed_rows(goals, judged) -> list:
+    """Markdown: for each `every` goal, every row that misses it, by how much and what bounds it
+    (that row's own measurements), worst first: the goal is about each of them."""
+    lines = []
+    for g, j in zip(goals, judged):
+        if not j.get("missed"):
+            continue
+        unit = "x baseline" if g.get("goal_x_baseline") else g["metric"]
+        lines += [f"**Rows that miss \"{j['what']}\"** (worst first):", "",
+                  f"| row | ours ({unit}) | missed by | what bounds it |", "|---|---|---|---|"]
+        for label, ours, gap, bound in sorted(j["missed"], key=lambda m: -m[2]):
+            lines.append(f"| {label} | {fmt(ours, g['metric']) if not g.get('goal_x_baseline') else f'{ours:.2f}x'} "
+                         f"| {gap:.0%} | {bound} |")
+        lines.append("")
+    return lines
 
 
 def _kernel_table(r, metric: str):
@@ -163,4 +200,4 @@ def section(goals, df, records) -> list:
                                             if g.get("goal_x_baseline") else f"{fmt(j['ours'], metric)} {metric}")
         lines.append(f"| {j['what']} | {fmt(j['reference'], metric)} | {goal} | {ours} | {j['row']} | "
                      f"{j['verdict']} | {j['bound']} | {j['note']} |")
-    return lines + [""] + profiles(goals, judged, df, records)
+    return lines + [""] + missed_rows(goals, judged) + profiles(goals, judged, df, records)
