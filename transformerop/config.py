@@ -101,9 +101,9 @@ class DecodeConfig:
     # program = more programs on the SMs; a sweep over them decides, not a guess.
     block_n: int = num(4, ge=1, power_of_two=True)
     block_k: int = num(128, ge=16, power_of_two=True)
-    # decode=persistent's tensor-core tiles (batch >= 2) keep a program's weight load rounds fewest
-    # (rounds) or the bytes it loads fewest, counting the batch's stream that narrow tiles reread
-    # for every tile and chunk (bytes); a sweep over them decides
+    # the one-launch path's tensor-core tiles (decode/persistent.py, batch >= 2) keep a program's
+    # weight load rounds fewest (rounds) or the bytes it loads fewest, counting the batch's stream
+    # that narrow tiles reread for every tile and chunk (bytes); a sweep over them decides
     tile_cost: TileCost = TileCost.rounds
 
 
