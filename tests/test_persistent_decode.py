@@ -85,20 +85,19 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     assert lines["TILED_SAMPLED"] == "True"
 
 
-def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt():
+def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
     if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("this checks the CPU refusal")
     with pytest.raises(BackendUnavailable, match="decode=persistent needs CUDA"):
         check(make_cfg("decode=persistent"), torch.device("cpu"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(ValueError, match="decode=persistent runs GPT blocks"):
-        os.environ["TRITON_INTERPRET"] = "1"
-        try:
-            check(make_cfg("decode=persistent", "model=bigram", "train=bigram"), torch.device("cpu"))
-        finally:
-            del os.environ["TRITON_INTERPRET"]
+        check(make_cfg("decode=persistent", "model=bigram", "train=bigram"), torch.device("cpu"))
 
 
 def test_plan_fits_the_register_budget_and_covers_every_output():
+    import triton
+
     from transformerop.decode.persistent import REGISTERS_PER_THREAD, plan
     shapes = ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1152, 18, 256, 8), (96, 4, 64, 2))
     for (C, H, W, batch), cost in itertools.product(shapes, ("rounds", "bytes")):
@@ -110,7 +109,7 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
             rows = 1 if t["DOT"] else t["B_PAD"]  # the tensor cores' products are not held per row
             assert rows * t[f"BN_{name}"] * t[f"BK_{name}"] <= budget, (C, batch, name)
             assert not t["DOT"] or t[f"BN_{name}"] >= 16  # a dot's smallest tile
-            assert t[f"BN_{name}"] <= triton_pow2(N)  # no tile wider than its group (a head's q, k, v)
+            assert t[f"BN_{name}"] <= triton.next_power_of_2(N)  # no tile wider than its group (a head's q, k, v)
             # a phase that loads its one tile ahead really has one tile per program and one chunk
             assert not t[f"ONE_{name}"] or (tiles <= 132 and t[f"BK_{name}"] >= K)
         # attention: k and v blocks (fp32) and a projection block fit the budget; a block loaded
@@ -126,11 +125,6 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132), plan(1152, 18, 65, 256, 8, 132, cost="bytes")
     assert (rounds["BN_FC"], by_bytes["BN_FC"]) == (16, 64)
     assert plan(1152, 18, 65, 256, 1, 132, cost="bytes") == plan(1152, 18, 65, 256, 1, 132)
-
-
-def triton_pow2(n):
-    import triton
-    return triton.next_power_of_2(n)
 
 
 H200_SHARED_MEMORY = 232448  # bytes one program may use on sm_90 (the launch refuses more)

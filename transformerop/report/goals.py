@@ -45,7 +45,7 @@ def _phases(r) -> str:
     return "start-up by phase: " + ", ".join(f"{n} {v:.2f} s" for n, v in ph) if ph else ""
 
 
-ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+ITEMSIZE = {"bfloat16": 2, "float32": 4}  # train.dtype's choices (runtime.DTYPES), without importing torch
 
 
 def _weights_rate(r, us_per_step: float) -> str:
@@ -108,12 +108,12 @@ def judge(g, df, records) -> dict:
     worse = max if lower else min
     best = (worse if every else better)(rows, key=lambda i: df[col][i])  # `every`: the worst row decides
     ours = float(df[col][best])
-    met = ours <= target if lower else ours >= target
+    met = _meets(ours, target, lower)
     gap = _shortfall(ours, target, lower)
     verdict = "met" if met else f"missed by {gap:.0%}" if math.isfinite(gap) else "missed"
     missed = []
     if every:
-        missed = [i for i in rows if not (df[col][i] <= target if lower else df[col][i] >= target)]
+        missed = [i for i in rows if not _meets(df[col][i], target, lower)]
         verdict = f"met at all {len(rows)} rows" if met else \
             f"missed at {len(missed)} of {len(rows)} rows; the worst {verdict}"
     out.update(ours=ours, row=df["label"][best], index=best, bound=_bound(records[best], metric),
@@ -121,6 +121,10 @@ def judge(g, df, records) -> dict:
                missed=[(df["label"][i], float(df[col][i]), _shortfall(float(df[col][i]), target, lower),
                         _bound(records[i], metric)) for i in missed])
     return out
+
+
+def _meets(ours: float, target: float, lower: bool) -> bool:
+    return ours <= target if lower else ours >= target
 
 
 def _shortfall(ours: float, target: float, lower: bool) -> float:
