@@ -140,6 +140,27 @@ def test_isolated_sweep_times_every_job_from_its_own_launch(tmp_path):
     assert "[0] fresh process" in p.stdout and "[1] fresh process" in p.stdout
 
 
+def test_process_start_is_the_launch_to_a_clock_tick():
+    """A launch's time against the parent's own clock around the spawn: within one clock tick
+    (/proc counts start times in ticks). Adding the ticks to /proc/stat's boot time, which is
+    truncated to whole seconds, would put it up to a second early."""
+    import os
+    import subprocess
+    import time
+
+    from transformerop import clock
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    before = time.time()
+    child = subprocess.Popen(["sleep", "5"])
+    after = time.time()
+    try:
+        started = clock.start_of(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert before - tick - 0.002 <= started <= after + 0.002, (before, started, after)
+
+
 def test_clock_names_times_by_where_they_start(monkeypatch):
     from transformerop import clock
     monkeypatch.setattr(clock, "_jobs_started", 0)

@@ -24,11 +24,15 @@ def process_start() -> float | None:
 
 
 def start_of(pid) -> float | None:
+    """When process `pid` started, on time.time()'s clock. /proc gives its start in clock ticks
+    since boot; its age is then read off CLOCK_BOOTTIME, the clock those ticks count on. (The boot
+    time /proc/stat gives is truncated to whole seconds: adding the ticks to it would put every
+    launch up to a second too early, a different error on every machine.)"""
     try:
         ticks = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
-        boot = next(int(line.split()[1]) for line in open("/proc/stat") if line.startswith("btime"))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
 
 
