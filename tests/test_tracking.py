@@ -170,6 +170,33 @@ def test_wandb_starts_after_startup_and_replays_what_came_before_in_order(tmp_pa
     assert rec["status"] == "ok" and run.exit_code == 0 and run.user_summary()["val_loss"] == 1.5
 
 
+def test_logger_start_train_end_waits_for_the_loop_to_end(tmp_path, monkeypatch):
+    """logger.start=train_end: the run does not start at the end of start-up (wandb is already
+    imported here, so a run waiting on that would start within milliseconds), only once the train
+    loop is over; what the loop logged reaches it in order."""
+    import time
+
+    import wandb
+
+    from conftest import make_cfg
+    from transformerop import clock
+    calls, real_init = [], wandb.init
+    monkeypatch.setattr(wandb, "init", lambda *a, **k: calls.append(time.time()) or real_init(*a, **k))
+    clock.job_started()
+    tr = tracking.Tracker(make_cfg("logger.start=train_end"), tmp_path, "train", [], "runs", [], "unit")
+    tr.start()
+    clock.end_startup()
+    for step, loss in enumerate((3.0, 2.0)):
+        tr.log({"train/loss": loss}, step=step)
+    time.sleep(0.5)
+    assert calls == [] and tr.run is None
+    clock.train_over.set()
+    tr.log({"train/loss": 1.0}, step=2)
+    tr.finish("ok", None, {})
+    run = OfflineRun.finished(run_folders(tmp_path)[0])
+    assert len(calls) == 1 and [h["train/loss"] for h in run.history if "train/loss" in h] == [3.0, 2.0, 1.0]
+
+
 def test_a_wandb_start_that_fails_keeps_the_metrics_and_fails_the_job(tmp_path, monkeypatch):
     import wandb
 

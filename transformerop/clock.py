@@ -16,6 +16,8 @@ _marks: dict = {}
 # Set once the job's start-up is over (its first train step done; else when the job ends): work
 # that can wait -- starting the W&B run -- waits for it instead of taking the GIL from start-up.
 startup_over = threading.Event()
+# Set once the job's train loop is over (else when the job ends): logger.start=train_end waits for it.
+train_over = threading.Event()
 
 
 def process_start() -> float | None:
@@ -43,6 +45,7 @@ def job_started() -> None:
     _job_start = time.time()
     _marks.clear()
     startup_over.clear()
+    train_over.clear()
 
 
 def fresh() -> bool:

@@ -45,6 +45,7 @@ SlowPath = choices("SlowPath", ("none", "host_sync", "h2d_copy"))
 Logger = choices("Logger", ("wandb", "none"))
 LoggerMode = choices("LoggerMode", ("offline", "online", "disabled"))
 Console = choices("Console", ("wrap", "redirect", "off", "auto"))
+LoggerStart = choices("LoggerStart", ("first_step", "train_end"))
 
 
 def num(default, *, gt=None, ge=None, lt=None, le=None, power_of_two: bool = False):
@@ -172,6 +173,11 @@ class LoggerConfig:
     entity: Optional[str] = None
     console: Console = Console.wrap  # W&B console capture
     system_metrics: bool = True  # W&B system metrics (GPU utilisation and memory, CPU)
+    # When the W&B run starts, in a background thread (importing wandb and starting its run is
+    # seconds of Python, which takes the GIL from whatever runs beside it): after the first train
+    # step (first_step: live curves from the start) or once the train loop is over (train_end: the
+    # loop runs alone; what was logged before is replayed into the run in order)
+    start: LoggerStart = LoggerStart.first_step
 
 
 @dataclass

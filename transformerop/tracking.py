@@ -83,10 +83,10 @@ class Tracker:
     # -- W&B -----------------------------------------------------------------
     def start(self) -> None:
         """Starts the W&B run in a background thread once the job's start-up is over (its first
-        train step; else at the job's end): importing wandb and starting its service took ~2 s
-        of mostly Python on the H200 machine, which would hold the GIL against start-up, while
-        a training loop mostly waits on the GPU. Until the run exists, what is logged waits in
-        order and is replayed into it as it starts."""
+        train step) or, with logger.start=train_end, once its train loop is over (either way at
+        the job's end at the latest): importing wandb and starting its service took ~2 s of
+        mostly Python on the H200 machine, which holds the GIL against whatever runs beside it.
+        Until the run exists, what is logged waits in order and is replayed into it as it starts."""
         global _current
         _current = self
         lc = self.cfg.logger
@@ -102,7 +102,7 @@ class Tracker:
         self._starter.start()
 
     def _start_wandb(self, lc, run_id: str, config: dict) -> None:
-        clock.startup_over.wait()
+        (clock.train_over if lc.start == "train_end" else clock.startup_over).wait()
         try:
             import wandb
             os.environ.setdefault("WANDB_SILENT", "true")
@@ -148,6 +148,7 @@ class Tracker:
         """Blocks until the W&B run has started (or failed to: finish() records why)."""
         if self._starter is not None:
             clock.startup_over.set()  # nothing to wait for any more: the job wants its run now
+            clock.train_over.set()
             self._starter.join()
             self._starter = None
 

@@ -74,6 +74,7 @@ def train_model(cfg, device, tracker):
         log.info(f"{cfg.model.name}: {n_params:,} parameters, data={cfg.data.name}, "
                  f"attention={cfg.attention.name}, device={device}, dtype={cfg.train.dtype}")
     metrics = trainer.fit()
+    clock.train_over.set()
     startup = clock.phases()
     if "first_step" in startup:  # launch -> first step done, by phase (on the job's clock)
         metrics.update({f"startup/{k}_s": v for k, v in startup.items()})
