@@ -27,6 +27,7 @@ import os
 import torch
 import triton
 
+from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 from .triton_attention_kernels import BWD_CONFIGS, FWD_CONFIGS, _bwd_kernel, _fwd_kernel  # noqa: F401
 from .triton_dropout import seed_tensor, threshold
 from .triton_launch import launch

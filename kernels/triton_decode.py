@@ -15,6 +15,8 @@ accumulates in fp32. decode.py captures the whole step in one CUDA graph.
 import triton
 import triton.language as tl
 
+from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
+
 
 @triton.jit
 def _ln_matvec_kernel(X, LN_W, LN_B, W, BIAS, R, Y, C, N, eps,

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 from .triton_dropout import kept, row_keys, threshold
 
 ROWS = 4  # forward: rows per program, a ROWS x next_pow2(C) tile

@@ -29,6 +29,7 @@ program there and every barrier passes at once: the same code runs on CPU in the
 import triton
 import triton.language as tl
 
+from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 from .triton_decode_phases import _attend, _matvec, _mlp, _sample_embed, _tile_rows, _weights
 
 LAYER_PHASES = ("attn", "mlp")

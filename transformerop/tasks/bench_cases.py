@@ -107,7 +107,7 @@ def setup_attention(ctx: Ctx, data) -> list:
 # -- model-level targets ---------------------------------------------------------------------------
 def make_trainer(cfg, device, data, job_dir):
     """A Trainer on a fresh model (no checkpoint is ever written by bench/profile)."""
-    model = build_model(cfg, data.tokenizer.vocab_size)
+    model = build_model(cfg, data.tokenizer.vocab_size, device)
     return Trainer(cfg, model, data, device, job_dir / "bench_ckpt.pt", tracker=None)
 
 

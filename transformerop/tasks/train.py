@@ -58,7 +58,7 @@ def train_model(cfg, device, tracker):
     seed_everything(cfg.seed)
     data = build_data(cfg, device)
     clock.mark("data")
-    model = build_model(cfg, data.tokenizer.vocab_size)
+    model = build_model(cfg, data.tokenizer.vocab_size, device)
     trainer = Trainer(cfg, model, data, device, job_dir / "ckpt.pt", tracker)
     ckpt = resume_path(cfg, job_dir)
     if ckpt is not None:
