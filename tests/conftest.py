@@ -40,6 +40,17 @@ def interpreted(script: str, timeout: int = 900) -> dict:
     return dict(line.split(" ", 1) for line in p.stdout.splitlines() if " " in line)
 
 
+def script_result(script: str, env: dict, *args, timeout: int = 900) -> dict:
+    """Run `script ARGS` in a fresh Python with `env` added (TRITON_INTERPRET=1 for the Triton
+    interpreter: Triton reads it when imported) and return the JSON it printed after "RESULT "."""
+    p = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=timeout, env={**os.environ, **env})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(next(s for s in p.stdout.splitlines() if s.startswith("RESULT "))[len("RESULT "):])
+
+
+H200_SHARED_MEMORY = 232448  # bytes one program may use on sm_90 (the launch refuses more)
+
 FAST = ["train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.progress=false"]
 
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from conftest import interpreted, make_cfg
+from conftest import H200_SHARED_MEMORY, interpreted, make_cfg
 
 from transformerop.decode import check
 from transformerop.model import BackendUnavailable
@@ -127,7 +127,6 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     assert plan(1152, 18, 65, 256, 1, 132, cost="bytes") == plan(1152, 18, 65, 256, 1, 132)
 
 
-H200_SHARED_MEMORY = 232448  # bytes one program may use on sm_90 (the launch refuses more)
 
 
 @pytest.mark.parametrize("C,L,H,batch,dtype,cost", [(384, 6, 6, 1, "bf16", "rounds"), (384, 6, 6, 8, "bf16", "rounds"),

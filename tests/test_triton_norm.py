@@ -5,10 +5,6 @@ kernel's backward that the gradient gate's measure must catch.
 
 CPU: under TRITON_INTERPRET=1 in one subprocess (the variable must be set before triton is
 imported), fp32 only (the interpreter has no bf16). GPU: bf16 at the seed's training shape."""
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -128,12 +124,8 @@ print("RESULT " + json.dumps(out))
 
 
 def _run(env_extra, *args):
-    env = dict(os.environ, **env_extra)
-    p = subprocess.run([sys.executable, "-c", CHECKS, *args], capture_output=True, text=True, cwd=ROOT, env=env,
-                       timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
-    line = next(s for s in p.stdout.splitlines() if s.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    from conftest import script_result
+    return script_result(CHECKS, env_extra, *args)
 
 
 def _assert(out, tol, grad_tol, gate_tol):

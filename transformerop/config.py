@@ -68,6 +68,7 @@ class ModelConfig:
     dropout: float = num(0.2, ge=0.0, lt=1.0)
     bias: bool = True
     fused_norm: bool = False  # each residual add + dropout + LayerNorm as one Triton kernel (CUDA)
+    fused_mlp: bool = False  # the MLP's GELU in its matmul kernels' epilogues, forward and backward (CUDA)
 
 
 @dataclass

@@ -34,6 +34,7 @@ class GPTShape:
     attention_kernels: int = 1  # kernels one layer's attention launches eagerly, without dropout
     attention_kernels_dropout: int = 1  # ... with attention dropout
     fused_norm: bool = False  # model.fused_norm: residual add + dropout + LayerNorm as one kernel
+    fused_mlp: bool = False  # model.fused_mlp: GELU in the MLP matmul's epilogue, each way
 
 
 def shape_of(model_cfg, vocab_size: int, backend=None) -> GPTShape:
@@ -45,7 +46,8 @@ def shape_of(model_cfg, vocab_size: int, backend=None) -> GPTShape:
                      attention_kernels=backend.kernels_per_layer(m.n_head, False),
                      attention_kernels_dropout=backend.kernels_per_layer(m.n_head, True))
     return GPTShape(m.n_layer, m.n_head, m.n_embd, m.block_size, vocab_size, bool(m.bias), float(m.dropout),
-                    m.name, fused_norm=bool(getattr(m, "fused_norm", False)), **extra)
+                    m.name, fused_norm=bool(getattr(m, "fused_norm", False)),
+                    fused_mlp=bool(getattr(m, "fused_mlp", False)), **extra)
 
 
 def dtype_bytes(dtype_name: str) -> int:
@@ -232,7 +234,8 @@ def kernels_per_forward(s: GPTShape, training: bool = False, with_loss: bool = F
     bf16 autocast adds casts: 4 weights + 2 inputs per layer, the LM head's weight and input.
     fused_norm: each layer's two (dropout +) residual add + LayerNorm are 2 kernels, not 4 (6
     with dropout), and write what the next matmul reads (no input casts); the embedding dropout
-    and ln_f are the first and last of them, with one seed draw when dropout is on."""
+    and ln_f are the first and last of them, with one seed draw when dropout is on. fused_mlp:
+    c_fc and gelu are one kernel."""
     if s.name == "bigram":
         return 1 + (2 if with_loss else 0)
     drop = training and s.dropout > 0
@@ -241,6 +244,8 @@ def kernels_per_forward(s: GPTShape, training: bool = False, with_loss: bool = F
     if s.fused_norm:
         per_layer -= 2 + (2 if drop else 0) + (2 if bf16 else 0)
         model -= int(bf16)
+    if s.fused_mlp:
+        per_layer -= 1
     loss = (2 + int(bf16)) if with_loss else 0  # bf16: logits.float() is one more kernel
     return s.n_layer * per_layer + model + loss
 

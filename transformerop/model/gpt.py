@@ -3,7 +3,8 @@
 
 model.fused_norm runs the same blocks with every residual add, its dropout and the LayerNorm
 after it as one Triton kernel (kernels/triton_norm.py): the same parameters, the same function,
-fewer and cheaper kernels. Decoding against a KV cache keeps the plain path."""
+fewer and cheaper kernels. Decoding against a KV cache keeps the plain path. model.fused_mlp
+computes each MLP's GELU inside its matmul kernels (kernels/triton_mlp.py), forward and backward."""
 import math
 import os
 
@@ -20,9 +21,13 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.fused = bool(getattr(cfg, "fused_mlp", False))
 
     def body(self, x):
         """The MLP before its residual dropout (model.fused_norm applies that in the next kernel)."""
+        if self.fused:
+            from kernels.triton_mlp import fused_mlp
+            return fused_mlp(x, self.c_fc, self.c_proj)
         return self.c_proj(F.gelu(self.c_fc(x)))
 
     def forward(self, x):
@@ -71,13 +76,14 @@ class GPT(nn.Module):
     @classmethod
     def check(cls, cfg, device) -> None:
         """Raise before any work if this model's options cannot run on device."""
-        if cfg.model.fused_norm:
+        fused = [f"model.{k}=true" for k in ("fused_norm", "fused_mlp") if getattr(cfg.model, k, False)]
+        if fused:
             interpret = os.environ.get("TRITON_INTERPRET") == "1"
             if torch.device(device).type != "cuda" and not interpret:
-                raise BackendUnavailable("model.fused_norm=true needs a CUDA GPU for its Triton kernels "
+                raise BackendUnavailable(f"{fused[0]} needs a CUDA GPU for its Triton kernels "
                                          "(TRITON_INTERPRET=1 runs them on CPU, slowly)")
             if interpret and cfg.train.dtype == "bfloat16":
-                raise BackendUnavailable("model.fused_norm=true in bf16 needs a GPU: the Triton interpreter has "
+                raise BackendUnavailable(f"{fused[0]} in bf16 needs a GPU: the Triton interpreter has "
                                          "no bf16; use train.dtype=float32 there")
 
     def forward(self, idx, targets=None, caches=None, pos=None):
