@@ -65,20 +65,19 @@ def _fc_gelu_kernel(A, B, BIAS, PRE, OUT, M, N, K, stride_am, stride_bn, stride_
         tl.store(OUT + offs, act.to(OUT.dtype.element_ty), mask=out_mask)
 
 
-def tiles(M: int, N: int, K: int, device) -> dict:
-    """Tile sizes from the shape. A GPU: 128 x 128 output tiles, 8 warps, 3 stages (tensor-core
-    tiles that keep every SM busy at the training shapes, without an autotune on the start-up
-    clock); narrow problems get 64-row tiles. The interpreter: small tiles, one stage."""
+def tiles(M: int, N: int, K: int, device, backward: bool = False) -> dict:
+    """Tile sizes from the shape, without an autotune on the start-up clock. A GPU: 64-row output
+    tiles, 4 warps, 3 stages, 128 columns forward and 64 backward (the fastest of 16 choices each
+    way on the H200 at 16,384 x 1,536 x 384). The interpreter: small tiles, one stage."""
     if device.type != "cuda":
         return dict(BM=16, BN=16, BK=16, GROUP_M=4, num_warps=1, num_stages=1)
-    bm = 128 if M >= 1024 else 64
-    return dict(BM=bm, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3)
+    return dict(BM=64, BN=64 if backward else 128, BK=64, GROUP_M=8, num_warps=4, num_stages=3)
 
 
 def _launch(a, b, stride_bn, stride_bk, bias, pre, out, backward: bool):
     M, K = a.shape
     N = out.shape[1]
-    t = tiles(M, N, K, a.device)
+    t = tiles(M, N, K, a.device, backward)
     warps, stages = t.pop("num_warps"), t.pop("num_stages")
     grid = (triton.cdiv(M, t["BM"]) * triton.cdiv(N, t["BN"]),)
     _fc_gelu_kernel[grid](a, b, bias if bias is not None else out, pre, out, M, N, K, a.stride(0),

@@ -68,6 +68,7 @@ def worst_grad_err():
 
 out["model_grad_err"] = worst_grad_err()
 TM.INV_SQRT_2PI = TM.tl.constexpr(TM.INV_SQRT_2PI.value * plant)
+TM._fc_gelu_kernel = TM.triton.jit(TM._fc_gelu_kernel.fn)  # compiled Triton refuses a global changed under it
 out["planted_grad_err"] = worst_grad_err()
 print("RESULT " + json.dumps(out))
 '''
@@ -103,19 +104,19 @@ def test_fused_mlp_bf16_at_the_seed_shape():
     _assert(out, 1e-2, 1e-2, GRAD_TOLERANCE["bf16"])
 
 
-@pytest.mark.parametrize("dtype,M,C", [("bf16", 16384, 384), ("fp32", 100, 48), ("bf16", 8, 1152)])
+@pytest.mark.parametrize("dtype,M,C", [("bf16", 16384, 384), ("fp32", 100, 48)])
 def test_the_kernel_compiles_for_the_h200(dtype, M, C):
     """triton.compile for sm_90 needs no GPU: it catches what the interpreter lets through (a plain
-    module global in @triton.jit, dot operand shapes) for both directions and both tile choices."""
+    module global in @triton.jit, dot operand shapes) for both directions."""
     import triton
     from conftest import H200_SHARED_MEMORY
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from kernels import triton_mlp as TM
-    t = TM.tiles(M, 4 * C, C, torch.device("cuda"))
-    options = {"num_warps": t.pop("num_warps"), "num_stages": t.pop("num_stages")}
     for backward in (False, True):
+        t = TM.tiles(M, 4 * C, C, torch.device("cuda"), backward)
+        options = {"num_warps": t.pop("num_warps"), "num_stages": t.pop("num_stages")}
         const = {"HAS_BIAS": not backward, "BACKWARD": backward, "PRECISION": "ieee" if dtype == "fp32" else "tf32",
                  **t}
         sig = {n: "constexpr" if n in const else ("i32" if n in ("M", "N", "K") or n.startswith("stride")
