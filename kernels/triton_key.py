@@ -68,8 +68,8 @@ remembered_key._computed_by = _original
 
 def install() -> None:
     """Every Triton module holding triton_key (the cache, the autotuner, ...) gets the remembered one."""
-    for name, module in list(sys.modules.items()):
-        if (name == "triton" or name.startswith("triton.")) and getattr(module, "triton_key", None) is _original:
+    for module_name, module in list(sys.modules.items()):
+        if module_name.partition(".")[0] == "triton" and getattr(module, "triton_key", None) is _original:
             module.triton_key = remembered_key
 
 
