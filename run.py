@@ -3,10 +3,12 @@ import sys
 
 import hydra
 
+from transformerop import clock
 from transformerop.config import register
 from transformerop.jobs import objective, run_job
 from transformerop.tracking import SweepSummary
 
+clock.imports_done()
 register()
 
 

@@ -137,6 +137,7 @@ def test_isolated_sweep_times_every_job_from_its_own_launch(tmp_path):
         # the start-up by phase adds up to startup_s (imports and checks, W&B, data, model, ...)
         phases = {k: v for k, v in m.items() if k.startswith("startup/")}
         assert "startup/checks_s" in phases and sum(phases.values()) == pytest.approx(m["startup_s"], rel=1e-6)
+        assert list(phases)[:2] == ["startup/imports_s", "startup/hydra_s"]  # run.py's imports, then Hydra's work
     assert "[0] fresh process" in p.stdout and "[1] fresh process" in p.stdout
 
 
@@ -171,6 +172,24 @@ def test_clock_names_times_by_where_they_start(monkeypatch):
     monkeypatch.setattr(clock.time, "time", lambda: 150.0)
     clock.job_started()
     assert not clock.fresh() and clock.prefix() == "job_" and clock.origin() == 150.0
+
+
+def test_a_fresh_launch_splits_into_imports_and_hydra(monkeypatch):
+    """Launch at 100 s, run.py's imports done at 102 s, the job starting at 102.5 s: imports 2 s,
+    Hydra 0.5 s. A later job of the same process pays neither: it marks only hydra, from its start."""
+    from transformerop import clock
+    monkeypatch.setattr(clock, "_jobs_started", 0)
+    monkeypatch.setattr(clock, "_imported_at", None)  # restored after the test, as the other globals
+    monkeypatch.setattr(clock, "process_start", lambda: 100.0)
+    monkeypatch.setattr(clock.time, "time", lambda: 102.0)
+    clock.imports_done()
+    monkeypatch.setattr(clock.time, "time", lambda: 102.5)
+    clock.job_started()
+    clock.mark_launch()
+    assert clock.phases() == {"imports": 2.0, "hydra": 0.5}
+    clock.job_started()
+    clock.mark_launch()
+    assert clock.phases() == {"hydra": 0.0}
 
 
 def test_resume_keeps_the_lr_tensor_a_captured_step_reads():

@@ -12,6 +12,7 @@ import time
 
 _jobs_started = 0
 _job_start = None
+_imported_at = None
 _marks: dict = {}
 # Set once the job's start-up is over (its first train step done; else when the job ends): work
 # that can wait -- starting the W&B run -- waits for it instead of taking the GIL from start-up.
@@ -36,6 +37,13 @@ def start_of(pid) -> float | None:
         return time.time() - age
     except (OSError, ValueError, IndexError, AttributeError):
         return None
+
+
+def imports_done() -> None:
+    """Called by run.py once its imports are done: what Hydra does next (composing the config,
+    twice; the run dir; a single run's config checks) is its own start-up phase."""
+    global _imported_at
+    _imported_at = time.time()
 
 
 def job_started() -> None:
@@ -71,6 +79,15 @@ def mark(phase: str) -> float:
     """Record that start-up phase `phase` ended now; returns that time on this job's clock."""
     _marks[phase] = since_origin()
     return _marks[phase]
+
+
+def mark_launch() -> None:
+    """At the job's start: a fresh job's launch splits into `imports` (the interpreter and run.py's
+    imports) and `hydra` (from there to the job's start); a later job of the process has neither
+    to pay, and marks only `hydra` (~0)."""
+    if fresh() and _imported_at is not None:
+        _marks["imports"] = _imported_at - origin()
+    mark("hydra")
 
 
 def end_startup() -> float:

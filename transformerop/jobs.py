@@ -117,7 +117,7 @@ def _group(cfg, hc, multirun: bool) -> str:
 
 def run_job(cfg) -> dict | None:
     clock.job_started()
-    clock.mark("imports")  # launch -> here: the interpreter, imports, Hydra's compose (fresh jobs)
+    clock.mark_launch()  # fresh jobs: launch -> imports done -> here (Hydra's compose, run dir, checks)
     from .isolate import CHILD_ENV
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
