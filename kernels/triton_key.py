@@ -10,6 +10,7 @@ so the kernels it finds are the ones Triton itself would find.
 
 Imported by the modules that launch Triton kernels; importing it installs the remembered key.
 """
+import contextlib
 import functools
 import hashlib
 import json
@@ -24,7 +25,8 @@ _original = getattr(_cache.triton_key, "_computed_by", _cache.triton_key)  # a r
 
 
 def _hashed_files() -> list:
-    """What triton_key() reads: the cache module, the compiler, backends and language sources, libtriton."""
+    """What triton_key() reads (the cache module, the compiler, backends and language sources,
+    libtriton), and more: every .py file under those folders."""
     root = Path(triton.__file__).parent
     files = [Path(_cache.__file__)]
     files += sorted(p for part in ("compiler", "backends", "language") for p in (root / part).rglob("*.py"))
@@ -38,28 +40,36 @@ def _stamp() -> str:
     return hashlib.sha256(json.dumps([triton.__version__, stats]).encode()).hexdigest()
 
 
-def store() -> Path:
-    root = os.environ.get("TRITON_CACHE_DIR") or Path.home() / ".triton" / "cache"
-    return Path(root) / "transformerop_triton_key.json"
+def store(stamp: str) -> Path:
+    """Beside Triton's kernel cache, one file per installation (its stamp): two installations that
+    share a cache keep a key each instead of overwriting each other's."""
+    knobs = getattr(triton, "knobs", None)
+    root = getattr(getattr(knobs, "cache", None), "dir", None) or os.environ.get("TRITON_CACHE_DIR") \
+        or Path.home() / ".triton" / "cache"
+    return Path(root) / f"transformerop_triton_key_{stamp[:16]}.json"
 
 
 @functools.lru_cache()
 def remembered_key() -> str:
-    stamp, path = _stamp(), store()
+    """Triton's key, read from the store while the files it hashes are unchanged, else computed
+    (and stored); anything unreadable or unwritable falls back to Triton's own computation."""
     try:
-        saved = json.loads(path.read_text())
+        stamp = _stamp()
+        path = store(stamp)
+        saved = json.loads(path.read_text()) if path.exists() else {}
         if saved.get("stamp") == stamp:
             return saved["key"]
-    except (OSError, ValueError, KeyError, AttributeError):
-        pass
+    except (OSError, RuntimeError, ValueError, KeyError, AttributeError):
+        return _original()
     key = _original()
+    tmp = path.with_name(f"{path.name}.{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}")
         tmp.write_text(json.dumps({"stamp": stamp, "key": key}))
         os.replace(tmp, path)  # atomic: a process beside this one reads the old file or the new one
-    except OSError:
-        pass  # a read-only cache: every process computes the key, as Triton alone would
+    except OSError:  # a read-only cache: every process computes the key, as Triton alone would
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return key
 
 

@@ -10,12 +10,14 @@ the seed's training shape (16,384 x 1,536, bf16) 36 and 48 µs per layer on the 
 than the matmul beside it. Here they are the epilogue of the matmul that makes their input, so the
 activations are written once and read once less. GELU is the exact (erf) form nn.GELU computes;
 the epilogue applies it to the fp32 accumulator, before the rounding to bf16 that an unfused pass
-reads back, so it differs from PyTorch's by that rounding.
+reads back, so it differs from PyTorch's by that rounding. Offsets are int32: up to 2^31
+elements an activation (466k tokens at 4 x 1152 wide).
 """
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from torch.autograd.function import once_differentiable
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 
@@ -28,7 +30,7 @@ def _fc_gelu_kernel(A, B, BIAS, PRE, OUT, M, N, K, stride_am, stride_bn, stride_
                     HAS_BIAS: tl.constexpr, BACKWARD: tl.constexpr, PRECISION: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
     """acc = A[M, K] B[N, K]^T in fp32 (B through strides: a weight as stored, or transposed); fp32
-    inputs multiply in IEEE fp32, as PyTorch's fp32 matmuls do (PRECISION; bf16 ignores it).
+    inputs multiply in IEEE fp32, PyTorch's default for fp32 matmuls (PRECISION; bf16 ignores it).
     Forward: PRE = acc (+ bias), OUT = GELU(PRE). Backward: OUT = acc * GELU'(PRE)."""
     pid = tl.program_id(0)
     # grouped order: GROUP_M row tiles share each B column tile while it is in L2
@@ -65,10 +67,10 @@ def _fc_gelu_kernel(A, B, BIAS, PRE, OUT, M, N, K, stride_am, stride_bn, stride_
         tl.store(OUT + offs, act.to(OUT.dtype.element_ty), mask=out_mask)
 
 
-def tiles(M: int, N: int, K: int, device, backward: bool = False) -> dict:
-    """Tile sizes from the shape, without an autotune on the start-up clock. A GPU: 64-row output
-    tiles, 4 warps, 3 stages, 128 columns forward and 64 backward (the fastest of 16 choices each
-    way on the H200 at 16,384 x 1,536 x 384). The interpreter: small tiles, one stage."""
+def tiles(device, backward: bool = False) -> dict:
+    """Fixed tiles, not an autotune on the start-up clock. A GPU: 64-row output tiles, 4 warps, 3
+    stages, 128 columns forward and 64 backward (the fastest of 16 choices each way on the H200 at
+    16,384 x 1,536 x 384). The interpreter: small tiles, one stage."""
     if device.type != "cuda":
         return dict(BM=16, BN=16, BK=16, GROUP_M=4, num_warps=1, num_stages=1)
     return dict(BM=64, BN=64 if backward else 128, BK=64, GROUP_M=8, num_warps=4, num_stages=3)
@@ -77,7 +79,7 @@ def tiles(M: int, N: int, K: int, device, backward: bool = False) -> dict:
 def _launch(a, b, stride_bn, stride_bk, bias, pre, out, backward: bool):
     M, K = a.shape
     N = out.shape[1]
-    t = tiles(M, N, K, a.device, backward)
+    t = tiles(a.device, backward)
     warps, stages = t.pop("num_warps"), t.pop("num_stages")
     grid = (triton.cdiv(M, t["BM"]) * triton.cdiv(N, t["BN"]),)
     _fc_gelu_kernel[grid](a, b, bias if bias is not None else out, pre, out, M, N, K, a.stride(0),
@@ -108,6 +110,7 @@ class FusedMLPFn(torch.autograd.Function):
         return y.view(*x.shape[:-1], w_proj.shape[0])
 
     @staticmethod
+    @once_differentiable  # the backward's kernel has no backward of its own
     def backward(ctx, dy):
         x2, wf, wp, pre, act = ctx.saved_tensors
         shape, x_dtype, w_dtype, has_bf, has_bp = ctx.meta

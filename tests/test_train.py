@@ -190,6 +190,11 @@ def test_a_fresh_launch_splits_into_imports_and_hydra(monkeypatch):
     clock.job_started()
     clock.mark_launch()
     assert clock.phases() == {"hydra": 0.0}
+    monkeypatch.setattr(clock, "_jobs_started", 0)
+    monkeypatch.setattr(clock, "_imported_at", None)  # a fresh launch through another entry point
+    clock.job_started()
+    clock.mark_launch()
+    assert clock.phases() == {"imports": 2.5}
 
 
 def test_resume_keeps_the_lr_tensor_a_captured_step_reads():

@@ -17,7 +17,8 @@ _marks: dict = {}
 # Set once the job's start-up is over (its first train step done; else when the job ends): work
 # that can wait -- starting the W&B run -- waits for it instead of taking the GIL from start-up.
 startup_over = threading.Event()
-# Set once the job's train loop is over (else when the job ends): logger.start=train_end waits for it.
+# Set once a train job's loop and its timed work after it (sample, profile) are over (other tasks:
+# when the job ends): logger.start=train_end waits for it.
 train_over = threading.Event()
 
 
@@ -83,9 +84,13 @@ def mark(phase: str) -> float:
 
 def mark_launch() -> None:
     """At the job's start: a fresh job's launch splits into `imports` (the interpreter and run.py's
-    imports) and `hydra` (from there to the job's start); a later job of the process has neither
-    to pay, and marks only `hydra` (~0)."""
-    if fresh() and _imported_at is not None:
+    imports) and `hydra` (from there to the job's start; an entry point that never called
+    imports_done() marks it all `imports`); a later job of the process has neither to pay, and
+    marks only `hydra` (~0)."""
+    if fresh() and _imported_at is None:  # an entry point other than run.py: no split to make
+        mark("imports")
+        return
+    if fresh():
         _marks["imports"] = _imported_at - origin()
     mark("hydra")
 

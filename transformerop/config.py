@@ -176,8 +176,9 @@ class LoggerConfig:
     system_metrics: bool = True  # W&B system metrics (GPU utilisation and memory, CPU)
     # When the W&B run starts, in a background thread (importing wandb and starting its run is
     # seconds of Python, which takes the GIL from whatever runs beside it): after the first train
-    # step (first_step: live curves from the start) or once the train loop is over (train_end: the
-    # loop runs alone; what was logged before is replayed into the run in order)
+    # step (first_step: live curves from the start) or once a train job's loop, sample and profile
+    # are over (train_end: what it times runs alone; other tasks start it at the job's end; what
+    # was logged before is replayed into the run in order)
     start: LoggerStart = LoggerStart.first_step
 
 

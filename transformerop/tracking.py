@@ -83,10 +83,11 @@ class Tracker:
     # -- W&B -----------------------------------------------------------------
     def start(self) -> None:
         """Starts the W&B run in a background thread once the job's start-up is over (its first
-        train step) or, with logger.start=train_end, once its train loop is over (either way at
-        the job's end at the latest): importing wandb and starting its service took ~2 s of
-        mostly Python on the H200 machine, which holds the GIL against whatever runs beside it.
-        Until the run exists, what is logged waits in order and is replayed into it as it starts."""
+        train step) or, with logger.start=train_end, once a train job's loop and the timed work
+        after it are over (either way at the job's end at the latest): importing wandb and
+        starting its service took ~2 s of mostly Python on the H200 machine, which holds the GIL
+        against whatever runs beside it. Until the run exists, what is logged waits in order and
+        is replayed into it as it starts."""
         global _current
         _current = self
         lc = self.cfg.logger

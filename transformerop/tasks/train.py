@@ -74,7 +74,6 @@ def train_model(cfg, device, tracker):
         log.info(f"{cfg.model.name}: {n_params:,} parameters, data={cfg.data.name}, "
                  f"attention={cfg.attention.name}, device={device}, dtype={cfg.train.dtype}")
     metrics = trainer.fit()
-    clock.train_over.set()
     startup = clock.phases()
     if "first_step" in startup:  # launch -> first step done, by phase (on the job's clock)
         metrics.update({f"startup/{k}_s": v for k, v in startup.items()})
@@ -139,6 +138,7 @@ def run(cfg) -> dict:
     tracker.table("samples", ["sample"], [[s] for s in samples])
     if cfg.train.profile and device.type == "cuda" and distributed.world_size() == 1:
         _profile_steps(trainer, tracker)
+    clock.train_over.set()  # what this job times is over: logger.start=train_end starts W&B now
     if distributed.is_main():
         _print_summary(cfg, metrics, samples, tracker)
     return metrics
