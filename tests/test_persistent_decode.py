@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from conftest import H200_SHARED_MEMORY, interpreted, make_cfg
+from conftest import compile_for_h200, interpreted, make_cfg
 
 from transformerop.decode import check
 from transformerop.model import BackendUnavailable
@@ -134,13 +134,8 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
                                                      (1152, 18, 18, 8, "bf16", "bytes"),
                                                      (768, 4, 12, 3, "fp32", "rounds")])
 def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost):
-    """triton.compile for sm_90 needs no GPU. It catches what the interpreter lets through (a plain
-    module global inside @triton.jit, a dot's operand shapes) and a plan whose shared memory the
-    H200 would refuse at launch (software-pipelining the 1152-wide dot loops needs twice the limit)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    """conftest.compile_for_h200 at the plan's tiles: software-pipelining the 1152-wide dot loops
+    would need twice the shared memory the H200 gives."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent import plan
     tiles = plan(C, H, 65, 256, batch, 132, cost=cost)
@@ -152,9 +147,7 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
              "top_k": "i32", "temperature": "fp32", "eps": "fp32", "scale": "fp32", "NOISE": "*fp32",
              "LOGITS": "*fp32", "CNT": "*i32", "RES": "*fp32", "ACC": "*fp32", "QKV": "*fp32"}
     sig = {n: "constexpr" if n in const else fixed.get(n, f"*{dtype}") for n in k._decode_run_kernel.arg_names}
-    compiled = triton.compile(ASTSource(k._decode_run_kernel, sig, const), target=GPUTarget("cuda", 90, 32),
-                              options=options)
-    assert compiled.metadata.shared <= H200_SHARED_MEMORY, compiled.metadata.shared
+    compile_for_h200(k._decode_run_kernel, sig, const, options)
 
 
 @pytest.mark.gpu
