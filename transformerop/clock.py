@@ -87,10 +87,10 @@ def mark_launch() -> None:
     imports) and `hydra` (from there to the job's start; an entry point that never called
     imports_done() marks it all `imports`); a later job of the process has neither to pay, and
     marks only `hydra` (~0)."""
-    if fresh() and _imported_at is None:  # an entry point other than run.py: no split to make
-        mark("imports")
-        return
     if fresh():
+        if _imported_at is None:  # an entry point other than run.py: no split to make
+            mark("imports")
+            return
         _marks["imports"] = _imported_at - origin()
     mark("hydra")
 

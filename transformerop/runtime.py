@@ -15,6 +15,11 @@ from . import REPO_ROOT
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def interpreting() -> bool:
+    """Triton kernels run on the CPU through its interpreter (one program after another)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
 def pick_device(name: str = "auto") -> torch.device:
     """cuda, else mps, else cpu; under torchrun each rank gets cuda:LOCAL_RANK."""
     if name in ("auto", "cuda") and torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:

@@ -5,20 +5,15 @@ then feeds one token at a time, returning the last position's logits (B, V) each
 in decode/loop.py drives it. Capabilities are class attributes and class methods, read by
 decode.check, the loop (capture / compile), predict (kernels per token, launch cost) and the
 report; nothing else keeps a list of path names."""
-import os
 
 import torch
 
 from ..errors import BackendUnavailable
+from ..runtime import interpreting
 
 
 def model_device(model):
     return next(model.parameters()).device
-
-
-def interpreting() -> bool:
-    """Triton kernels run on the CPU through its interpreter (one program after another)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def check_triton_step(cfg, device) -> None:

@@ -11,7 +11,8 @@ k and v are one block of rows, which the head's attention waits on alone."""
 import torch
 import triton
 
-from .base import check_triton_step, interpreting, model_device
+from ..runtime import interpreting
+from .base import check_triton_step, model_device
 from .static import Static
 
 REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)

@@ -6,12 +6,12 @@ after it as one Triton kernel (kernels/triton_norm.py): the same parameters, the
 fewer and cheaper kernels. Decoding against a KV cache keeps the plain path. model.fused_mlp
 computes each MLP's GELU inside its matmul kernels (kernels/triton_mlp.py), forward and backward."""
 import math
-import os
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..runtime import interpreting
 from .attention import BackendUnavailable, get_backend
 
 
@@ -78,7 +78,7 @@ class GPT(nn.Module):
         """Raise before any work if this model's options cannot run on device."""
         fused = [f"model.{k}=true" for k in ("fused_norm", "fused_mlp") if getattr(cfg.model, k, False)]
         if fused:
-            interpret = os.environ.get("TRITON_INTERPRET") == "1"
+            interpret = interpreting()
             if torch.device(device).type != "cuda" and not interpret:
                 raise BackendUnavailable(f"{fused[0]} needs a CUDA GPU for its Triton kernels "
                                          "(TRITON_INTERPRET=1 runs them on CPU, slowly)")

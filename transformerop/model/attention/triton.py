@@ -7,10 +7,10 @@ against a growing KV cache; an explicit mask (the preallocated caches) is refuse
 """
 import functools
 import importlib
-import os
 
 import torch
 
+from ...runtime import interpreting
 from .base import BackendUnavailable, CausalSelfAttention
 
 
@@ -41,7 +41,7 @@ class TritonAttention(CausalSelfAttention):
     @classmethod
     def check(cls, cfg, device):
         super().check(cfg, device)
-        interpret = os.environ.get("TRITON_INTERPRET") == "1"
+        interpret = interpreting()
         if not interpret and (torch.device(device).type != "cuda" or not torch.cuda.is_available()):
             raise BackendUnavailable("attention=triton needs a CUDA GPU (none here; TRITON_INTERPRET=1 "
                                      "runs it on CPU, slowly)")
