@@ -56,7 +56,7 @@ case "$stage" in
     $py -m transformerop.report outputs/gpu_parity --no-wandb 2>&1 | log ;;
   studies)
     names=("$@"); [ ${#names[@]} -gt 0 ] || names=(addition quality decode_speed graphed_decode kv_cache_regime \
-      graph_overhead batched_heads softmax_kernels attention_kernels attention_end_to_end timer_distortion speedrun)
+      graph_overhead batched_heads softmax_kernels attention_kernels attention_ladder attention_end_to_end timer_distortion speedrun)
     for s in "${names[@]}"; do
       $py run.py -m experiment=$s logger=none train.progress=false hydra.sweep.dir=outputs/gpu_$s 2>&1 | log
       $py -m transformerop.report outputs/gpu_$s --no-wandb --publish experiments/results 2>&1 | log

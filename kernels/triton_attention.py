@@ -70,12 +70,12 @@ def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
     o = _bthd(B, H, t_q, D, q.dtype, q.device)
     lse = _empty((B * H, t_q), torch.float32, q.device)
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
-    bq, bk = _bucket(t_q), _bucket(t_k)
+    bq, bk, bh = _bucket(t_q), _bucket(t_k), _bucket(B * H)
     launch(_fwd_kernel, lambda c: (triton.cdiv(t_q, c["BLOCK_M"]), B * H),
-           ("fwd", q.device, q.dtype, bq, bk, D, causal, prec, seed is not None),
+           ("fwd", q.device, q.dtype, bq, bk, bh, D, causal, prec, seed is not None),
            force_configs and force_configs[0],
            (q, k, v, o, lse, lse if seed is None else seed, threshold(p_drop), 1.0 / (1.0 - p_drop), sm_scale * LOG2E,
-            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], H, t_q, t_k, bq, bk),
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], H, t_q, t_k, bq, bk, bh),
            _consts(D, causal, prec, seed))
     return o, lse
 
@@ -86,13 +86,13 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, see
     dq = _bthd(B, H, t_q, D, q.dtype, q.device)
     dk, dv = (_bthd(B, H, t_k, D, k.dtype, k.device) for _ in range(2))
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
-    bq, bk = _bucket(t_q), _bucket(t_k)
+    bq, bk, bh = _bucket(t_q), _bucket(t_k), _bucket(B * H)
     launch(_bwd_kernel, lambda c: (triton.cdiv(t_k, c["BLOCK_M"]) + triton.cdiv(t_q, c["BLOCK_M"]), B * H),
-           ("bwd", q.device, q.dtype, bq, bk, D, causal, prec, seed is not None),
+           ("bwd", q.device, q.dtype, bq, bk, bh, D, causal, prec, seed is not None),
            force_configs and force_configs[1],
            (q, k, v, do, o, lse, dq, dk, dv, lse if seed is None else seed, threshold(p_drop), 1.0 / (1.0 - p_drop),
             sm_scale, sm_scale * LOG2E, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-            H, t_q, t_k, bq, bk), _consts(D, causal, prec, seed))
+            H, t_q, t_k, bq, bk, bh), _consts(D, causal, prec, seed))
     return dq, dk, dv
 
 

@@ -16,7 +16,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from transformerop import report as R
 
-STUDIES = ("quality", "addition", "batched_heads", "softmax_kernels", "attention_kernels", "kv_cache_regime",
+STUDIES = ("quality", "addition", "batched_heads", "softmax_kernels", "attention_kernels", "attention_ladder",
+           "kv_cache_regime",
            "graph_overhead", "graphed_decode", "decode_speed", "attention_end_to_end", "timer_distortion", "speedrun")
 # One study gets an extra sweep value whose jobs fail their checks: their rows must say why.
 PLANTED = ("graph_overhead", "model.n_head=2,3")
@@ -163,7 +164,7 @@ def test_smoke_studies_skip_gpu_only_jobs_with_a_reason(smoke_runs):
     """On a machine without CUDA the GPU-only jobs are skipped (not failed), reason recorded."""
     if _has_cuda():
         pytest.skip("a CUDA device is present: these jobs run")
-    for study in ("softmax_kernels", "attention_kernels", "graphed_decode", "attention_end_to_end"):
+    for study in ("softmax_kernels", "attention_kernels", "attention_ladder", "graphed_decode", "attention_end_to_end"):
         _, sweep = smoke_runs[study]
         skipped = [json.loads(f.read_text()) for f in Path(sweep).glob("*/results.json")]
         skipped = [r for r in skipped if r["status"] == "skipped"]

@@ -352,6 +352,28 @@ def test_planted_wrong_backward_fails_the_gradient_gate(tmp_path, cal_dir, one_t
     assert code is None and ok["metrics"]["check_grad_err"] < 1e-5 and "train_step" in ok["timings"]
 
 
+def _wrong_past_row0(self, q, k, v, mask):
+    """Right for batch row 0 only: a reference that checked one chunk would pass it."""
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return torch.cat([out[:1], out[1:] * 1.05])
+
+
+def test_the_attention_check_covers_every_batch_row_in_chunks(monkeypatch):
+    """The float64 reference runs a batch row at a time here (a long sequence's scores would not
+    fit at once): the right kernel passes, forward and gradients, and a kernel wrong only past
+    row 0 fails."""
+    from transformerop.measure import reference as ref
+    from transformerop.model.attention.sdpa import SDPAAttention
+    monkeypatch.setattr(ref, "REFERENCE_ELEMENTS", 2 * 12 * 12)  # one (H=2, T=12) batch row per chunk
+    attn = get_backend("sdpa")(make_cfg("model=gpt", "model.n_head=2", "model.n_embd=16").model, {"dropout": 0.0})
+    errs = ref.check_attend(attn, 3, 2, 12, 8, torch.float32, "float32", CPU, backward=True)
+    assert set(errs) == {"attention_fwd_err", "attention_dq_err", "attention_dk_err", "attention_dv_err"}
+    assert max(errs.values()) < 1e-5
+    monkeypatch.setattr(SDPAAttention, "attend", _wrong_past_row0)
+    with pytest.raises(ref.Mismatch, match="attention forward: max relative error"):
+        ref.check_attend(attn, 3, 2, 12, 8, torch.float32, "float32", CPU)
+
+
 # -- GPU (pytest -m gpu on the device) ----------------------------------------------------------
 @pytest.mark.gpu
 @gpu
@@ -412,6 +434,37 @@ def test_gpu_wrong_kernel_fails(tmp_path, cal_dir, monkeypatch):
     monkeypatch.setattr(SDPAAttention, "attend", _no_causal_mask)
     res, code = run_in_process(tmp_path / "bad", "task=bench", "bench.target=attention")
     assert code == 1 and res["status"] == "failed" and res["timings"] == {}
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_host_time_tells_a_launch_from_a_sync():
+    """host_time: launches alone have a host figure; a call that reads a GPU value has none."""
+    from transformerop.measure.timing import host_time
+    x = torch.randn(1 << 20, device="cuda")
+    launch = host_time(lambda: x.mul_(1.0), "cuda")
+    waits = host_time(lambda: x.sum().item(), "cuda", calls=2, repeats=2)
+    assert launch["host_us"] is not None and launch["host_p25_us"] <= launch["host_us"] <= launch["host_p75_us"]
+    assert waits["host_us"] is None and "syncs" in waits["host_note"]
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_bench_graphed_attention_checks_its_replay(tmp_path, cal_dir, monkeypatch):
+    """bench.graph for the attention op: past block_size, head dim 128, the replay is checked
+    against eager before timing, and a replay that returns the wrong thing fails the job."""
+    over = ("task=bench", "bench.target=attention", "attention=triton", "train.dtype=bfloat16", "bench.graph=true",
+            "bench.seq_len=512", "model.n_embd=768", "bench.batch_size=4")
+    res, _ = run_in_process(tmp_path / "ok", *over)
+    assert res["status"] == "ok", res["error"]
+    m = res["metrics"]
+    assert m["check_attention_fwd_graph_vs_eager_err"] < 0.02 and m["check_attention_fwd_bwd_graph_vs_eager_err"] < 0.02
+    assert res["timings"]["attention_fwd"]["head_dim"] == 128 and res["timings"]["attention_fwd"]["host_us"] > 0
+    from transformerop import graphs
+    monkeypatch.setattr(graphs.Captured, "replay", lambda self: (self.graph.replay(), torch.zeros_like(self.out)
+                                                                  if torch.is_tensor(self.out) else self.out)[1])
+    bad, code = run_in_process(tmp_path / "bad", *over)
+    assert code == 1 and bad["status"] == "failed" and "graph replay" in bad["error"]["message"]
 
 
 def test_peak_follows_the_kernels_own_tf32_choice():

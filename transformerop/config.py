@@ -159,7 +159,7 @@ class BenchConfig:
     rows: Optional[int] = num(None, ge=1)  # softmax: row count (None: B*heads*T)
     cols: Optional[int] = num(None, ge=1)  # softmax: row length (None: T)
     backward: bool = True  # attention: also time forward+backward
-    graph: bool = False  # forward: replay one CUDA graph instead of eager launches
+    graph: bool = False  # forward, attention: replay a captured CUDA graph instead of eager launches
     profile: bool = False  # CUDA: after timing, GPU kernel time per call (host-bound or kernel-bound?)
     warmup_ms: float = num(25.0, gt=0.0)
     rep_ms: float = num(100.0, gt=0.0)

@@ -57,7 +57,7 @@ def _scalar(v) -> bool:
 # What the report shows of each timed region, as `<region>_<stat>` columns of the job's row.
 TIMING_STATS = ("median_ms", "p25_ms", "p75_ms", "min_ms", "max_ms", "repeats", "predicted_ms",
                 "measured_over_predicted", "flagged", "bound", "mfu", "kernel_us", "kernels", "gpu_busy",
-                "flops", "bytes", "intensity", "achieved_flops", "peak_flops", "bandwidth")
+                "host_us", "flops", "bytes", "intensity", "achieved_flops", "peak_flops", "bandwidth")
 
 
 def flat_row(metrics: dict, timings: dict) -> dict:

@@ -74,6 +74,26 @@ def float64_model(model):
     return ref
 
 
+REFERENCE_ELEMENTS = 2 ** 27  # float64 scores held at once by the reference (1 GiB): it runs in batch chunks
+
+
+def _reference_by_batch(q, k, v, dout):
+    """reference_attend over the whole batch (and, with dout, its q/k/v gradients), a few batch
+    rows at a time: rows never mix, so the chunks are exact, and a long sequence's (B, H, T, T)
+    float64 scores never exist at once."""
+    B, H, T = q.shape[0], q.shape[1], k.shape[2]
+    step = max(1, REFERENCE_ELEMENTS // (H * q.shape[2] * T))
+    outs, grads = [], []
+    for b in range(0, B, step):
+        chunk = [t[b:b + step].detach().double().requires_grad_(dout is not None) for t in (q, k, v)]
+        with torch.set_grad_enabled(dout is not None):
+            ref = reference_attend(*chunk)
+        if dout is not None:
+            grads.append(torch.autograd.grad(ref, chunk, dout[b:b + step].double()))
+        outs.append(ref.detach())
+    return torch.cat(outs), [torch.cat(g) for g in zip(*grads)] if grads else []
+
+
 def check_attend(attn, B: int, H: int, T: int, D: int, dtype, dtype_name: str, device,
                  backward: bool = False, name: str = "attention") -> dict:
     """The backend's attend on random q, k, v (and dout) against float64, forward (+ grads)."""
@@ -83,14 +103,11 @@ def check_attend(attn, B: int, H: int, T: int, D: int, dtype, dtype_name: str, d
     tol = tolerance(dtype_name, device)
     with torch.set_grad_enabled(backward):
         out = attn.attend(q, k, v, None)
-    q64, k64, v64 = (t.detach().double().requires_grad_(backward) for t in (q, k, v))
-    with torch.set_grad_enabled(backward):
-        ref = reference_attend(q64, k64, v64)
+    dout = torch.randn_like(out) if backward else None
+    ref, refs = _reference_by_batch(q, k, v, dout)
     errs = {f"{name}_fwd_err": expect_close(f"{name} forward", out, ref, tol)}
     if backward:
-        dout = torch.randn_like(out)
         grads = torch.autograd.grad(out, (q, k, v), dout)
-        refs = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
         for label, g, r in zip("qkv", grads, refs):
             errs[f"{name}_d{label}_err"] = expect_close(f"{name} d{label}", g, r, 2 * tol)
     attn.train(was_training)

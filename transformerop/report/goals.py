@@ -82,6 +82,7 @@ def _bound(r, metric: str) -> str:
     t = _timing(r, metric)
     parts = [f"profile: kernels busy {t['gpu_busy']:.0%} of the wall time ({t['kernels']:.0f} kernels, "
              f"{t['kernel_us']:.0f} us of kernel time per call)" if _num(t.get("gpu_busy")) else "",
+             f"host {t['host_us']:.0f} us per call" if _num(t.get("host_us")) else "",
              f"roofline: {t['bound']}-bound" if t.get("bound") else "",
              f"MFU {t['mfu']:.0%}" if _num(t.get("mfu")) else "",
              f"measured/predicted {t['measured_over_predicted']:.2f}" if _num(t.get("measured_over_predicted")) else ""]

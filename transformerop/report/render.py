@@ -11,7 +11,8 @@ from .table import METRICS, is_num
 NOTE = ("x base: > 1 = better than the baseline row (baseline / row for times and losses, row / baseline "
         "for throughputs and accuracy). ms: median (p25-p75) of the repeats. meas/pred: measured / "
         "predicted (roofline + launch term), ! = flagged. kernel us, GPU busy (when profiled): GPU kernel time per "
-        "call or step, and its share of the wall time; far below 100% = host or launch gaps bound it. precision: "
+        "call or step, and its share of the wall time; far below 100% = host or launch gaps bound it. host us "
+        "(bench on CUDA): how long one call holds the calling thread, the GPU idle at its start. precision: "
         "how the attention's matmuls round (ieee / tf32 / bf16); a ratio across precisions says so in its label.")
 
 
@@ -47,6 +48,7 @@ def display(df, meta) -> pd.DataFrame:
         out[f"{t}meas/pred"] = [fmt(v) + (" !" if f is True else "")
                                 for v, f in zip(col("measured_over_predicted"), col("flagged"))]
         out[f"{t}kernel us"] = [fmt(v) for v in col("kernel_us")]
+        out[f"{t}host us"] = [fmt(v) for v in col("host_us")]
         if p:  # single region: gpu_busy is already a column of its own (METRICS)
             out[f"{t}GPU busy"] = [fmt(v, "gpu_busy") for v in col("gpu_busy")]
     for p, _, _ in meta["measures"]:

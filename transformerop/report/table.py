@@ -33,6 +33,7 @@ WITHIN_JOB = {"profile": ("sync_over_one", "per-phase syncs vs one sync per step
 NOISE = 0.05  # ratios within 5% of 1 are called no difference
 TIMING_KEYS = ("median_ms", "p25_ms", "p75_ms", "predicted_ms", "measured_over_predicted", "flagged",
                "kernel_us", "gpu_busy",  # bench.profile / train.profile
+               "host_us",  # bench on CUDA: the host's share of one call
                "intensity", "achieved_flops", "peak_flops", "bandwidth")  # the roofline chart
 # legacy metric names in records written before decode throughput had its own key
 LEGACY = {"generate": {"tok_per_s": "decode_tok_per_s"}}

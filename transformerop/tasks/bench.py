@@ -3,7 +3,8 @@
 bench.target:
   matmul      the FFN up-projection at the model's shapes: (B*T, C) @ (C, 4C)
   softmax     the attention softmax (attention.softmax): B*H*T rows of T (bench.rows/cols)
-  attention   the selected backend's attend(q, k, v): forward, and forward+backward (bench.backward)
+  attention   the selected backend's attend(q, k, v): forward, and forward+backward (bench.backward);
+              bench.graph=true replays each captured in a CUDA graph
   forward     one inference forward of the model; bench.graph=true replays one captured CUDA graph
   train_step  Trainer.train_step: forward + backward + clipping + AdamW (train.slow_path applies)
   generate    decode.name path: a random prompt of block_size/4 tokens, then the rest of the block
@@ -28,7 +29,7 @@ from ..data import build_data
 from ..measure import calibration
 from ..measure.predict import flag_line, judge
 from ..measure.profiler import profile_beside
-from ..measure.timing import measure
+from ..measure.timing import host_time, measure
 from ..model import BackendUnavailable, get_backend
 from ..runtime import peak_memory_bytes, pick_device, reset_peak_memory, seed_everything, sync, torch_dtype
 from .bench_cases import SETUPS, Ctx, dims, make_trainer  # noqa: F401  (make_trainer: profile, calibrate)
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 PROFILE_CALLS = 20  # bench.profile: calls averaged into kernel time per call
 TARGETS = tuple(t.value for t in BenchTarget)
 MODEL_TARGETS = ("forward", "train_step", "generate")
+GRAPH_TARGETS = ("attention", "forward")
 
 
 def needs_data(cfg) -> bool:
@@ -49,8 +51,9 @@ def check(cfg, device) -> None:
     b = cfg.bench
     if b.target not in TARGETS:
         raise ValueError(f"bench.target={b.target!r}: choose one of {list(TARGETS)}")
-    if b.graph and b.target != "forward":
-        raise ValueError(f"bench.graph=true applies to bench.target=forward, not {b.target}")
+    if b.graph and b.target not in GRAPH_TARGETS:
+        raise ValueError(f"bench.graph=true applies to bench.target={' or '.join(GRAPH_TARGETS)}, not {b.target} "
+                         "(train_step: train.cuda_graph=true)")
     if b.graph and torch.device(device).type != "cuda":
         raise BackendUnavailable("bench.graph=true needs CUDA graphs (no CUDA device here)")
     if b.target not in MODEL_TARGETS and cfg.model.name != "gpt":
@@ -107,6 +110,11 @@ def run(cfg) -> dict:
         row = judge(stats, pred, cfg.bench.flag_ratio)
         row.update({k: v for k, v in pred.items() if k.startswith("mem_")}, **case.info,
                    **peak_of_one_call(case.fn, device))
+        if device.type == "cuda":  # the host's share of one call, beside the wall (and kernel) time
+            row.update(host_time(case.fn, device))
+            log.info(f"  host: {row['host_note']}" if row["host_us"] is None else
+                     f"  host: {row['host_us']:.1f} us of the calling thread per call, the GPU never waited for "
+                     f"(p25-p75 {row['host_p25_us']:.1f}-{row['host_p75_us']:.1f})")
         if case.tokens:
             row["tokens"], row["tok_per_s"] = case.tokens, case.tokens / (stats["median_ms"] / 1e3)
         log.info(flag_line(case.name, row))
@@ -124,7 +132,7 @@ def run(cfg) -> dict:
 
 def _flat(name: str, row: dict) -> dict:
     keys = ("median_ms", "predicted_ms", "measured_over_predicted", "flagged", "mfu", "tok_per_s",
-            "peak_memory_bytes", "mem_total", "kernel_us", "kernels", "gpu_busy")
+            "peak_memory_bytes", "mem_total", "kernel_us", "kernels", "gpu_busy", "host_us")
     return {f"{name}_{k}": row[k] for k in keys if row.get(k) is not None}
 
 

@@ -94,13 +94,20 @@ def setup_attention(ctx: Ctx, data) -> list:
 
     def predict(backward):
         cost = R.attention_cost(B, H, T, D, el, fused, backward)
-        return predict_op(cost, R.attention_kernels(s, False) * (3 if backward else 1), ctx.device,
+        kernels = R.attention_kernels(s, False) * (3 if backward else 1)
+        return predict_op(cost, 1 if ctx.cfg.bench.graph else kernels, ctx.device,  # a replay is one launch
                           ctx.dtype_name, ctx.cal, getattr(attn, "allow_tf32", None))  # triton: its own TF32
 
-    verify = lambda bwd: ref.check_attend(attn, B, H, T, D, ctx.dtype, ctx.dtype_name, ctx.device, bwd)  # noqa: E731
-    cases = [Case("attention_fwd", fwd, lambda: verify(False), lambda: predict(False))]
+    def case(name, fn, backward):
+        check = lambda: ref.check_attend(attn, B, H, T, D, ctx.dtype, ctx.dtype_name, ctx.device, backward)  # noqa: E731
+        if ctx.cfg.bench.graph:
+            fn, graph_check = _capture(fn, fn, ctx, name)
+            check = lambda c=check: {**c(), **graph_check()}  # noqa: E731
+        return Case(name, fn, check, lambda: predict(backward), info={"head_dim": D, "seq_len": T})
+
+    cases = [case("attention_fwd", fwd, False)]
     if ctx.cfg.bench.backward:
-        cases.append(Case("attention_fwd_bwd", fwd_bwd, lambda: verify(True), lambda: predict(True)))
+        cases.append(case("attention_fwd_bwd", fwd_bwd, True))
     return cases
 
 
@@ -123,9 +130,16 @@ def setup_forward(ctx: Ctx, data) -> list:
         with torch.no_grad(), autocast(ctx.device, ctx.dtype_name):
             return forward()
 
+    cast = (torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False) if ctx.dtype_name == "bfloat16"
+            else torch.autocast("cuda", enabled=False))  # a capture may not use autocast's weight-cast cache
+
+    def body():
+        with torch.no_grad(), cast:
+            return forward()
+
     fn, graph_check = eager, lambda: {}
     if cfg.bench.graph:
-        fn, graph_check = _capture(forward, eager, ctx)
+        fn, graph_check = _capture(body, eager, ctx, "forward")
 
     def verify():
         return {**ref.check_model_attention(model, ctx.B, ctx.T, ctx.dtype_name, ctx.device),
@@ -137,20 +151,17 @@ def setup_forward(ctx: Ctx, data) -> list:
                  tokens=ctx.B * ctx.T)]
 
 
-def _capture(forward, eager, ctx: Ctx):
-    """One forward captured in a CUDA graph (graphs.capture); replay = one launch."""
-    cast = (torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False) if ctx.dtype_name == "bfloat16"
-            else torch.autocast("cuda", enabled=False))
-
-    def body():
-        with torch.no_grad(), cast:
-            return forward()
+def _capture(body, eager, ctx: Ctx, name: str):
+    """body() captured in a CUDA graph (graphs.capture); replay = one launch. Its check: the
+    replay's outputs equal eager()'s (a capture that recorded the wrong buffers fails here)."""
     captured = capture(body)
 
     def verify():
-        out = captured.replay()
-        return {"graph_vs_eager_err": ref.expect_close("graph replay", out.clone(), eager(),
-                                                       ref.tolerance(ctx.dtype_name, ctx.device))}
+        out, want = captured.replay(), eager()
+        outs, wants = (o if isinstance(o, (tuple, list)) else (o,) for o in (out, want))
+        tol = ref.tolerance(ctx.dtype_name, ctx.device)
+        return {f"{name}_graph_vs_eager_err": max(ref.expect_close(f"{name} graph replay", o.clone(), w, tol)
+                                                   for o, w in zip(outs, wants))}
     return captured.replay, verify
 
 
