@@ -453,7 +453,7 @@ def test_gpu_host_time_tells_a_launch_from_a_sync():
 def test_gpu_bench_graphed_attention_checks_its_replay(tmp_path, cal_dir, monkeypatch):
     """bench.graph for the attention op: past block_size, head dim 128, the replay is checked
     against eager before timing, and a replay that returns the wrong thing fails the job."""
-    over = ("task=bench", "bench.target=attention", "attention=triton", "train.dtype=bfloat16", "bench.graph=true",
+    over = ("task=bench", "bench.target=attention", "model=gpt", "attention=triton", "train.dtype=bfloat16", "bench.graph=true",
             "bench.seq_len=512", "model.n_embd=768", "bench.batch_size=4")
     res, _ = run_in_process(tmp_path / "ok", *over)
     assert res["status"] == "ok", res["error"]

@@ -13,11 +13,26 @@ Even then, neighbours can swing wall time 10x within seconds. TRANSFORMEROP_CPU_
 times with this process's CPU time instead (time.process_time): immune to being descheduled,
 equal to wall time for single-threaded compute on an idle machine, but blind to sleeps and
 waits, and summed over threads -- so it is opt-in (the CPU tests use it), wall is the default."""
+import logging
 import os
 import statistics
 import time
 
 import torch
+
+log = logging.getLogger(__name__)
+# torch.profiler sessions this process has run (measure/profiler.py counts them): the profiler
+# leaves CUPTI attached, and every later launch pays for it (on the H200 a bare op's host time
+# doubled), so a timing taken after one says so (after_profiler) -- isolate such sweeps.
+profiler_sessions = 0
+
+
+def _after_profiler() -> dict:
+    if not profiler_sessions:
+        return {}
+    log.warning("timing in a process that already ran torch.profiler: every launch now pays CUPTI's cost "
+                "(a sweep of such jobs wants sweep.isolate=true)")
+    return {"after_profiler": True}
 
 
 def summarize(times_ms: list, warmup: str, method: str, calls_per_repeat: int = 1) -> dict:
@@ -39,7 +54,7 @@ def measure(fn, device, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_repe
         if len(times) < min_repeats:  # a slow region: do_bench ran it too few times for a spread
             times += list(do_bench(fn, warmup=0, rep=rep_ms * min_repeats / max(1, len(times)),
                                    return_mode="all"))
-        return summarize(times, f"{warmup_ms} ms (do_bench)", "triton.testing.do_bench", 1)
+        return {**summarize(times, f"{warmup_ms} ms (do_bench)", "triton.testing.do_bench", 1), **_after_profiler()}
     from torch.utils import benchmark
 
     calls, t0 = 0, time.perf_counter()
@@ -95,4 +110,5 @@ def host_time(fn, device, calls: int = 20, repeats: int = 7) -> dict:
         else:
             hold[0] *= 4
     q = statistics.quantiles(per_call, n=4, method="inclusive")
-    return {"host_us": statistics.median(per_call), "host_p25_us": q[0], "host_p75_us": q[2], "host_calls": calls}
+    return {"host_us": statistics.median(per_call), "host_p25_us": q[0], "host_p75_us": q[2], "host_calls": calls,
+            **{f"host_{k}": v for k, v in _after_profiler().items()}}

@@ -18,7 +18,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from .. import tracking
 from ..data import build_data
-from ..measure import calibration
+from ..measure import calibration, timing
 from ..measure.predict import flag_line, judge, predict_train_step
 from ..measure.profiler import on_device
 from ..measure.roofline import amdahl
@@ -137,6 +137,7 @@ def run(cfg) -> dict:
                              "step_speedup_if_2x"], phases)
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    timing.profiler_sessions += 1
     with profile(activities=acts) as prof:
         for _ in range(PROFILED_STEPS):
             for name in PHASES:
