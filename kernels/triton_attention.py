@@ -25,7 +25,6 @@ import math
 import os
 
 import torch
-import triton
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 from .triton_attention_kernels import BWD_CONFIGS, FWD_CONFIGS, _bwd_kernel, _fwd_kernel  # noqa: F401
@@ -52,8 +51,14 @@ def _bthd(B, H, T, D, dtype, device):
     return _empty((B, T, H, D), dtype, device).transpose(1, 2)
 
 
+# Plain integer math on the launch path: triton.next_power_of_2 and triton.cdiv are wrapped
+# helpers that cost µs per call in Python, and each attention call makes several.
 def _bucket(t):
-    return triton.next_power_of_2(max(int(t), 1))
+    return 1 << (max(int(t), 1) - 1).bit_length()
+
+
+def _cdiv(a, b):
+    return -(-a // b)
 
 
 def _unit_last(t):
@@ -71,7 +76,7 @@ def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
     lse = _empty((B * H, t_q), torch.float32, q.device)
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk, bh = _bucket(t_q), _bucket(t_k), _bucket(B * H)
-    launch(_fwd_kernel, lambda c: (triton.cdiv(t_q, c["BLOCK_M"]), B * H),
+    launch(_fwd_kernel, lambda c: (_cdiv(t_q, c["BLOCK_M"]), B * H),
            ("fwd", q.device, q.dtype, bq, bk, bh, D, causal, prec, seed is not None),
            force_configs and force_configs[0],
            (q, k, v, o, lse, lse if seed is None else seed, threshold(p_drop), 1.0 / (1.0 - p_drop), sm_scale * LOG2E,
@@ -87,7 +92,7 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, see
     dk, dv = (_bthd(B, H, t_k, D, k.dtype, k.device) for _ in range(2))
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk, bh = _bucket(t_q), _bucket(t_k), _bucket(B * H)
-    launch(_bwd_kernel, lambda c: (triton.cdiv(t_k, c["BLOCK_M"]) + triton.cdiv(t_q, c["BLOCK_M"]), B * H),
+    launch(_bwd_kernel, lambda c: (_cdiv(t_k, c["BLOCK_M"]) + _cdiv(t_q, c["BLOCK_M"]), B * H),
            ("bwd", q.device, q.dtype, bq, bk, bh, D, causal, prec, seed is not None),
            force_configs and force_configs[1],
            (q, k, v, do, o, lse, dq, dk, dv, lse if seed is None else seed, threshold(p_drop), 1.0 / (1.0 - p_drop),

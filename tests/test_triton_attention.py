@@ -397,3 +397,12 @@ def test_triton_model_deep_copies_for_the_float64_reference():
                              "attention=triton"), 65)
     ref = float64_model(m)
     assert next(ref.parameters()).dtype == torch.float64 and ref.blocks[0].attn.attend is not m.blocks[0].attn.attend
+
+
+def test_launch_path_integer_math_matches_tritons_helpers():
+    """The launch path's own power-of-two bucket and ceiling division, against Triton's."""
+    import triton
+
+    from kernels.triton_attention import _bucket, _cdiv
+    assert [_bucket(t) for t in range(4100)] == [triton.next_power_of_2(max(t, 1)) for t in range(4100)]
+    assert all(_cdiv(a, b) == triton.cdiv(a, b) for a in range(1100) for b in (16, 32, 64, 128))
