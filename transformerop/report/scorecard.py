@@ -67,7 +67,8 @@ def scorecard_line(df, link: str) -> str:
     change = within[1] if within else "; ".join(f"{k}={', '.join(v)}" for k, v in tried.items()) or \
         "only the baseline ran"
     change += "" if within else f" vs `{baseline}`"
-    study = f"[{first['study']}]({link})" + (" (smoke)" if bool(first["smoke"]) else "")
+    # the page's name: a study's own, or the name a renamed study's page took with it
+    study = f"[{Path(link).stem}]({link})" + (" (smoke)" if bool(first["smoke"]) else "")
     devices = ", ".join(sorted({str(d) for d in df["device"] if isinstance(d, str)})) or "unknown"
     return f"| {study} | {change} | {measured} | {_verdict(entries, bool(within))} | {devices} |"
 
