@@ -6,6 +6,7 @@ OpenMP barrier when a neighbour takes a core (17 ms steps took 1 s), one thread 
 test also times with process CPU time (TRANSFORMEROP_CPU_CLOCK=process): neighbours swung wall
 time 10-20x within seconds there, CPU time they do not.
 `pytest -m gpu` runs the CUDA tests on the device."""
+import dataclasses
 import logging
 import time
 
@@ -92,6 +93,16 @@ def test_memory_flops_bytes_by_hand():
     # forward 202,240; train 3x = 606,720 (attention part 12,288)
     assert R.flops_per_token(ADD, 8) == {"matmul": 198_144, "attention": 4_096, "forward": 202_240,
                                          "train": 606_720, "train_attention": 12_288}
+    # a kernel that skips the masked scores: a causal pass of 8 tokens sees (8+1)/2 keys per query on
+    # average, 2 * L * (T+1) * C = 2*2*9*64 = 2,304; one decode query still sees all 8 keys
+    skip = dataclasses.replace(ADD, causal_skip=True)
+    assert R.flops_per_token(skip, 8)["attention"] == 2_304
+    assert R.flops_per_token(skip, 8, causal_pass=False)["attention"] == 4_096
+    # the op alone, B 2, H 4, T 8, D 16: full 4*B*H*T*T*D = 32,768; skipping 2*B*H*T*(T+1)*D = 18,432
+    assert R.attention_cost(2, 4, 8, 16, 2, True)["flops"] == 32_768
+    assert R.attention_cost(2, 4, 8, 16, 2, True, causal_skip=True)["flops"] == 18_432
+    assert R.shape_of(make_cfg().model, 12, get_backend("sdpa")).causal_skip
+    assert not R.shape_of(make_cfg().model, 12, get_backend("naive")).causal_skip
     # activations, T=8, fp32, sdpa, no dropout: per layer 17 * 64 * 4 = 4,352, x 2 = 8,704;
     # model: ln_f + head inputs 2 * 64 * 4 = 512, logits V * (4 + 4) = 96  ->  9,312 B per token
     assert R.activation_bytes_per_token(ADD, 8, 4) == 9_312
@@ -154,10 +165,11 @@ def test_predict_train_step_by_hand_and_compare():
         "flops_fp32": {"value": 1e11, "source": "test"}, "bandwidth": {"value": 1e10, "source": "test"},
         "op_train_us": {"value": 10.0, "source": "test"}}}
     p = predict_train_step(cfg, 12, CPU, seq_len=8, ceilings=cal)
-    # 1,024 tokens * 606,720 = 621,281,280 FLOPs / 1e11 = 6.2128 ms; 43,440,128 B / 1e10 = 4.344 ms;
-    # launch 436 * 10 us = 4.36 ms; CPU adds: 6.2128128 + 4.36 = 10.5728128 ms
-    assert p["flops"] == 621_281_280 and p["bytes"] == 43_440_128 and p["kernels"] == 436
-    assert p["predicted_ms"] == pytest.approx(10.5728128)
+    # SDPA skips the masked scores: attention 2 * L * (T+1) * C = 2*2*9*64 = 2,304 per token, forward
+    # 198,144 + 2,304 = 200,448, train 3x = 601,344; 1,024 tokens * 601,344 = 615,776,256 FLOPs / 1e11
+    # = 6.1578 ms; 43,440,128 B / 1e10 = 4.344 ms; launch 436 * 10 us = 4.36 ms; CPU adds: 10.5177626 ms
+    assert p["flops"] == 615_776_256 and p["bytes"] == 43_440_128 and p["kernels"] == 436
+    assert p["predicted_ms"] == pytest.approx(10.51776256)
     assert p["bound"] == "compute" and p["peak_source"] == "test"
     # memory: 1,630,208 (params) + 1,024 * 9,312 activations = 11,165,696
     assert p["mem_total"] == 1_630_208 + 1024 * 9_312

@@ -8,7 +8,9 @@ Conventions (C = n_embd, L = n_layer, H = n_head, V = vocab, T = context length)
   LM head (tied to the token embedding, but used once as a matmul). Embedding lookups, biases,
   LayerNorms and elementwise ops are left out of the FLOPs (< 1% here).
 - Attention at context T: q.k^T and att.v cost 2*T*C each per layer and token, i.e. 4*L*T*C,
-  counted over the full T x T (what `naive` computes; causal kernels may skip about half).
+  over the full T x T (what `naive` computes). A backend that skips what the causal mask hides
+  (`skips_masked`: the fused kernels) computes (T+1)/2 keys per query on average over a causal
+  pass of T tokens, 2*L*(T+1)*C per token; a decode step's one query sees all T keys either way.
 - Forward per token 2*N_mm + 4*L*T*C; training = 3x forward (backward = 2x forward):
   6*N_mm + 12*L*T*C -- the "6N + attention" rule.
 - Memory: fp32 master weights (bf16 runs use autocast), fp32 grads, AdamW's two fp32 moments:
@@ -30,6 +32,7 @@ class GPTShape:
     name: str = "gpt"  # gpt | bigram
     # what the attention backend declares (model/attention/base.py), a fused kernel by default
     fused_attention: bool = True  # never materializes the T x T scores in memory
+    causal_skip: bool = False  # computes only the scores the causal mask keeps (the FLOPs)
     per_head_projections: bool = False  # q/k/v as a bias-free Linear per head instead of one c_attn
     attention_kernels: int = 1  # kernels one layer's attention launches eagerly, without dropout
     attention_kernels_dropout: int = 1  # ... with attention dropout
@@ -42,7 +45,8 @@ def shape_of(model_cfg, vocab_size: int, backend=None) -> GPTShape:
     m = model_cfg
     extra = {}
     if backend is not None:
-        extra = dict(fused_attention=backend.fused, per_head_projections=backend.per_head_projections,
+        extra = dict(fused_attention=backend.fused, causal_skip=bool(getattr(backend, "skips_masked", False)),
+                     per_head_projections=backend.per_head_projections,
                      attention_kernels=backend.kernels_per_layer(m.n_head, False),
                      attention_kernels_dropout=backend.kernels_per_layer(m.n_head, True))
     return GPTShape(m.n_layer, m.n_head, m.n_embd, m.block_size, vocab_size, bool(m.bias), float(m.dropout),
@@ -129,10 +133,14 @@ def kv_cache_bytes(s: GPTShape, batch: int, seq_len: int, el: int) -> int:
 
 
 # -- FLOPs -----------------------------------------------------------------------------------------
-def flops_per_token(s: GPTShape, seq_len: int) -> dict:
-    """Forward and training FLOPs per token at context seq_len, attention term separate."""
+def flops_per_token(s: GPTShape, seq_len: int, causal_pass: bool = True) -> dict:
+    """Forward and training FLOPs per token at context seq_len, attention term separate.
+    causal_pass: the token is one of a causal pass over seq_len tokens (training, a forward, a
+    prefill), so a backend that skips masked scores sees (seq_len+1)/2 keys on average; False: one
+    query against seq_len keys (a decode step)."""
     matmul = 2 * matmul_params(s)
-    attention = 0 if s.name == "bigram" else 4 * s.n_layer * seq_len * s.n_embd
+    keys2 = seq_len + 1 if causal_pass and s.causal_skip else 2 * seq_len  # twice the keys per query
+    attention = 0 if s.name == "bigram" else 2 * s.n_layer * keys2 * s.n_embd
     forward = matmul + attention
     return {"matmul": matmul, "attention": attention, "forward": forward,
             "train": 3 * forward, "train_attention": 3 * attention}
@@ -148,11 +156,13 @@ def softmax_cost(rows: int, cols: int, el: int) -> dict:
     return {"flops": 5 * rows * cols, "bytes": 2 * rows * cols * el}
 
 
-def attention_cost(B: int, H: int, T: int, D: int, el: int, fused: bool, backward: bool = False) -> dict:
-    """softmax(q k^T) v over the full T x T. Fused kernels move only q, k, v, out; naive writes
-    and reads the scores ~4 times (scores, masked, softmax, read by att @ v). Backward: 2x FLOPs,
+def attention_cost(B: int, H: int, T: int, D: int, el: int, fused: bool, backward: bool = False,
+                   causal_skip: bool = False) -> dict:
+    """causal softmax(q k^T) v: over the full T x T, or its T(T+1)/2 kept scores when the kernel
+    skips the masked ones (causal_skip). Fused kernels move only q, k, v, out; naive writes and
+    reads the scores ~4 times (scores, masked, softmax, read by att @ v). Backward: 2x FLOPs,
     bytes ~2x (plus dq, dk, dv, dout)."""
-    flops = 4 * B * H * T * T * D
+    flops = 2 * B * H * T * (T + 1) * D if causal_skip else 4 * B * H * T * T * D
     bytes_ = 4 * B * H * T * D * el + (0 if fused else 8 * B * H * T * T * el)
     if backward:
         flops, bytes_ = 3 * flops, 3 * bytes_ + 4 * B * H * T * D * el
@@ -180,7 +190,7 @@ def decode_token_cost(s: GPTShape, batch: int, context: int, el: int, cached: bo
     through the model, reading every weight and the whole KV cache. Recompute: the whole context
     goes through the model again (context tokens at attention length context)."""
     if cached:
-        f = flops_per_token(s, context)["forward"] * batch
+        f = flops_per_token(s, context, causal_pass=False)["forward"] * batch
         b = 4 * matmul_params(s) + kv_cache_bytes(s, batch, context, el)
     else:
         f = flops_per_token(s, context)["forward"] * batch * context

@@ -25,13 +25,16 @@ log = logging.getLogger(__name__)
 # leaves CUPTI attached, and every later launch pays for it (on the H200 a bare op's host time
 # doubled), so a timing taken after one says so (after_profiler) -- isolate such sweeps.
 profiler_sessions = 0
+_warned = []
 
 
 def _after_profiler() -> dict:
     if not profiler_sessions:
         return {}
-    log.warning("timing in a process that already ran torch.profiler: every launch now pays CUPTI's cost "
-                "(a sweep of such jobs wants sweep.isolate=true)")
+    if not _warned:
+        _warned.append(True)
+        log.warning("timing in a process that already ran torch.profiler: every launch now pays CUPTI's cost "
+                    "(a sweep of such jobs wants sweep.isolate=true)")
     return {"after_profiler": True}
 
 
@@ -72,7 +75,6 @@ def measure(fn, device, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_repe
         times.append(timer.timeit(number).mean * 1e3)
     method = "torch.utils.benchmark" + (" (process CPU time)" if clock == "process" else "")
     return summarize(times, f"{calls} calls ({warmup_ms} ms)", method, number)
-
 
 
 HOLD_CYCLES = 2 * 10 ** 7  # the GPU's first hold: ~10 ms of a spinning kernel at ~2 GHz

@@ -93,7 +93,7 @@ def setup_attention(ctx: Ctx, data) -> list:
         return torch.autograd.grad(attn.attend(q, k, v, None), (q, k, v), dout)
 
     def predict(backward):
-        cost = R.attention_cost(B, H, T, D, el, fused, backward)
+        cost = R.attention_cost(B, H, T, D, el, fused, backward, backend.skips_masked)
         kernels = R.attention_kernels(s, False) * (3 if backward else 1)
         return predict_op(cost, 1 if ctx.cfg.bench.graph else kernels, ctx.device,  # a replay is one launch
                           ctx.dtype_name, ctx.cal, getattr(attn, "allow_tf32", None))  # triton: its own TF32

@@ -31,6 +31,8 @@ class CausalSelfAttention(nn.Module):
     dtypes = ("float32", "bfloat16")
     backward = "autograd"  # what computes the gradient: autograd | kernel | reference
     fused = True  # never materializes the T x T scores in memory (the roofline's bytes)
+    # computes only the scores a causal mask keeps (about half of T x T at Tq = Tk): the roofline's FLOPs
+    skips_masked = True
     per_head_projections = False  # q, k, v from one c_attn matmul (True: a bias-free Linear per head)
 
     def __init__(self, mcfg, acfg):

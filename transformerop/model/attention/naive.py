@@ -7,6 +7,7 @@ from .softmax import SOFTMAXES, get_softmax
 
 class NaiveAttention(CausalSelfAttention):
     fused = False
+    skips_masked = False  # the whole T x T product, then the mask
 
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)

@@ -33,6 +33,7 @@ class NaiveLoopAttention(nn.Module):
     dtypes = CausalSelfAttention.dtypes
     backward = "autograd"
     fused = False
+    skips_masked = False  # the whole T x T product, then the mask
     per_head_projections = True
     check = CausalSelfAttention.check
     precision = CausalSelfAttention.precision
