@@ -80,37 +80,41 @@ def measure(fn, device, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_repe
 HOLD_CYCLES = 2 * 10 ** 7  # the GPU's first hold: ~10 ms of a spinning kernel at ~2 GHz
 
 
-def host_time(fn, device, calls: int = 20, repeats: int = 7) -> dict:
+def host_time(fn, device, repeats: int = 25) -> dict:
     """How long one fn() call holds the calling thread when it never waits for the GPU: the
     host's share of an eager call (Python, argument binding, allocation, launches), to set beside
-    its kernel time. On CUDA a spinning kernel (torch.cuda._sleep) holds the GPU first, so the
-    launches queue behind it and none waits for a free slot or a finished kernel; the hold grows
-    until the GPU is still busy when the calls are done. A call that still finds it idle waits
-    for the GPU itself (it syncs): host_us is then None. torch.utils.benchmark times `calls`
-    calls per repeat, after its own warm-up block. Keys: host_us (median over repeats),
-    host_p25_us, host_p75_us, host_calls; host_note when there is no figure."""
+    its kernel time. On CUDA each timed call starts on an empty queue held by a spinning kernel
+    (torch.cuda._sleep, after a sync), so its launches queue behind the hold: none waits for a
+    finished kernel, and one call's launches alone never fill the queue (twenty queued graph
+    replays of a train step did, and then each waited for a step). The hold grows until the GPU
+    is still busy when the call returns; a call that still finds it idle waits for the GPU itself
+    (it syncs): host_us is then None. torch.utils.benchmark times one call per repeat (after its
+    own warm-up calls, each block after the sync and the hold). Keys: host_us (median over
+    repeats), host_p25_us, host_p75_us, host_calls; host_note when there is no figure."""
     from torch.utils import benchmark
 
     device = torch.device(device)
     cuda = device.type == "cuda"
     hold = [HOLD_CYCLES]
-    timer = benchmark.Timer(stmt="fn()", setup="hold()", timer=time.perf_counter,
-                            globals={"fn": fn, "hold": lambda: torch.cuda._sleep(hold[0]) if cuda else None},
-                            num_threads=torch.get_num_threads())
-    per_call = []
-    while len(per_call) < repeats:
+
+    def sync_and_hold():
         if cuda:
             torch.cuda.synchronize(device)
-        us = timer.timeit(calls).times[0] * 1e6
+            torch.cuda._sleep(hold[0])
+    timer = benchmark.Timer(stmt="fn()", setup="sync_and_hold()", timer=time.perf_counter,
+                            globals={"fn": fn, "sync_and_hold": sync_and_hold}, num_threads=torch.get_num_threads())
+    per_call = []
+    while len(per_call) < repeats:
+        us = timer.timeit(1).times[0] * 1e6
         drained = cuda and torch.cuda.current_stream(device).query()
         if cuda:
             torch.cuda.synchronize(device)
         if not drained:
             per_call.append(us)
         elif hold[0] >= HOLD_CYCLES * 64:  # ~0.6 s of hold drained: the call waits for the GPU
-            return {"host_us": None, "host_calls": calls, "host_note": "the call waits for the GPU (it syncs)"}
+            return {"host_us": None, "host_calls": len(per_call), "host_note": "the call waits for the GPU (it syncs)"}
         else:
             hold[0] *= 4
     q = statistics.quantiles(per_call, n=4, method="inclusive")
-    return {"host_us": statistics.median(per_call), "host_p25_us": q[0], "host_p75_us": q[2], "host_calls": calls,
+    return {"host_us": statistics.median(per_call), "host_p25_us": q[0], "host_p75_us": q[2], "host_calls": repeats,
             **{f"host_{k}": v for k, v in _after_profiler().items()}}
