@@ -5,11 +5,12 @@ import hydra
 
 from transformerop import clock
 from transformerop.config import register
-from transformerop.jobs import objective, run_job
+from transformerop.jobs import compose_once, objective, run_job
 from transformerop.tracking import SweepSummary
 
 clock.imports_done()
 register()
+compose_once()  # Hydra would compose the config once more just to read hydra.mode
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")

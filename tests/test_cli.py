@@ -129,3 +129,38 @@ def test_checkpoint_errors_are_one_line_and_keep_the_ok_record(tmp_path):
     assert p.returncode == 1
     line = _one_line(p.stderr)
     assert "is from a different model (n_layer: checkpoint 2 vs config 3)" in line and "train.resume=false" in line
+
+
+COUNT_COMPOSES = """
+import runpy, sys
+from hydra._internal.hydra import Hydra
+calls = []
+compose = Hydra.compose_config
+Hydra.compose_config = lambda self, *a, **k: calls.append(1) or compose(self, *a, **k)
+sys.argv = ["run.py", *sys.argv[1:]]
+try:
+    runpy.run_path("run.py", run_name="__main__")
+finally:
+    print("COMPOSES", len(calls))
+"""
+
+
+def test_a_launch_composes_its_config_once_and_hydra_mode_still_works(tmp_path):
+    """run.py composes the config once (Hydra alone composes it twice: once to read hydra.mode);
+    hydra.mode given on the command line is still obeyed, and no config file sets it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    run_dir = tmp_path / "run"
+    p = subprocess.run([sys.executable, "-c", COUNT_COMPOSES, *FAST, f"hydra.run.dir={run_dir}", "logger=none"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "COMPOSES 1" in p.stdout and results(run_dir)["status"] == "ok"
+    sweep = tmp_path / "sweep"
+    p = run_cli("hydra.mode=MULTIRUN", "attention=naive,sdpa", *FAST, "logger=none", f"hydra.sweep.dir={sweep}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sorted(d.name for d in sweep.iterdir() if d.is_dir() and d.name.isdigit()) == ["0", "1"]
+    for f in [*(ROOT / "conf").rglob("*.yaml"), *(ROOT / "experiments").glob("**/*.yaml")]:
+        if "results" not in f.parts:
+            assert "mode: MULTIRUN" not in f.read_text() and "mode: RUN" not in f.read_text(), f
