@@ -103,6 +103,19 @@ def test_multi_region_jobs_get_a_ratio_per_region(tmp_path):
     assert "backend=cuda_v5 attention_fwd: 2.00x" in line and "depends" in line
 
 
+def test_the_header_says_how_many_jobs_were_timed_after_a_profile(tmp_path):
+    """A job timed after a torch.profiler session in its process (a sweep without isolation) is
+    counted in the header; a sweep without one says nothing."""
+    sweep, clean = tmp_path / "s", tmp_path / "c"
+    for i, backend in enumerate(["sdpa", "triton"]):
+        late = dict(timing(1.0, 0.01), host_us=50.0, **({"host_after_profiler": True} if i else {}))
+        job(sweep, i, [f"attention={backend}"], study=("ak", "attention=sdpa"), timings={"attention_fwd": late})
+        job(clean, i, [f"attention={backend}"], study=("ak", "attention=sdpa"), timings={"attention_fwd": timing(1.0)})
+    md = (R.report([sweep], use_wandb=False)["md"]).read_text()
+    assert "| timed after a profile | **1 of 2 jobs** timed in a process that had already run torch.profiler" in md
+    assert "host us" in md and "timed after a profile" not in R.report([clean], use_wandb=False)["md"].read_text()
+
+
 def test_train_jobs_compare_on_their_outcome_not_their_step_time(tmp_path):
     sweep = tmp_path / "s"
     for i, (model, loss, ms) in enumerate([("bigram", 2.5, 1.0), ("gpt", 1.5, 30.0)]):

@@ -73,6 +73,10 @@ def markdown(df, meta, facts, image: str, extra=()) -> str:
             "code": f["code"] if f["clean"] else f"**not a clean commit**: {f['code']}",
             "sweep": f"`{f['sweep']}`",
             "jobs": f"{sum(c.values())}: {c['ok']} ok, {c['failed']} failed, {c['skipped']} skipped"}
+    if f.get("after_profiler"):
+        head["timed after a profile"] = (f"**{f['after_profiler']} of {sum(c.values())} jobs** timed in a process "
+                                         "that had already run torch.profiler, which slows every later launch: "
+                                         "their host-bound times read high (sweep.isolate=true runs each job alone)")
     return "\n".join([f"# {f['study'] or 'Sweep'} report", "", "| | |", "|---|---|",
                       *[f"| {k} | {v} |" for k, v in head.items()], "", NOTE, "", to_markdown(display(df, meta)),
                       "", *extra, f"![chart]({image})", ""])

@@ -279,4 +279,11 @@ def facts(records, meta, paths) -> dict:
             "triton": env.get("triton"), "code": prov["text"], "clean": prov["clean"], "commits": prov["commits"],
             "task": records[0].get("task"), "date": min((r.get("started") or "9999") for r in records)[:10],
             "sweep": " ".join(map(str, paths)),
-            "counts": {s: sum(r.get("status") == s for r in records) for s in ("ok", "failed", "skipped")}}
+            "counts": {s: sum(r.get("status") == s for r in records) for s in ("ok", "failed", "skipped")},
+            "after_profiler": sum(after_profiler(r) for r in records)}
+
+
+def after_profiler(r) -> bool:
+    """A job whose timings ran in a process that had already run torch.profiler (measure/timing.py)."""
+    return any(t.get("after_profiler") or t.get("host_after_profiler") for t in (r.get("timings") or {}).values()
+               if isinstance(t, dict))
