@@ -116,6 +116,25 @@ def test_the_header_says_how_many_jobs_were_timed_after_a_profile(tmp_path):
     assert "host us" in md and "timed after a profile" not in R.report([clean], use_wandb=False)["md"].read_text()
 
 
+def test_a_missed_row_names_its_paired_baseline_kernel_time(tmp_path):
+    """A kernel goal against the baseline: each missing row's bound ends with the kernel time of
+    the baseline row of its own shape, not of another one."""
+    goals = [{"what": "fwd everywhere", "metric": "attention_fwd_median_ms", "exclude": "attention=sdpa",
+              "goal_x_baseline": 1.0, "every": True}]
+    sweep = tmp_path / "s"
+    rows = [("sdpa", 256, 0.02, 20.0), ("sdpa", 2048, 0.5, 490.0), ("triton", 256, 0.025, 24.0),
+            ("triton", 2048, 0.6, 590.0)]
+    for i, (att, t, ms, kus) in enumerate(rows):
+        tm = dict(timing(ms, 0.001), kernel_us=kus, kernels=1, gpu_busy=kus / (ms * 1e3), host_us=kus / 10)
+        job(sweep, i, [f"attention={att}", f"bench.seq_len={t}"], study=("ak", "attention=sdpa"), goals=goals,
+            timings={"attention_fwd": tm, "attention_fwd_bwd": timing(4 * ms, 0.001)})
+    md = R.report([sweep], use_wandb=False)["md"].read_text()
+    missed = {ln.split(" | ")[0].lstrip("| "): ln for ln in md.splitlines() if ln.startswith("| attention=triton")}
+    assert "its paired baseline row: 20 us of kernel time, host 2 us per call |" in missed["attention=triton seq_len=256"]
+    assert "its paired baseline row: 490 us of kernel time, host 49 us per call |" in \
+        missed["attention=triton seq_len=2048"]
+
+
 def test_train_jobs_compare_on_their_outcome_not_their_step_time(tmp_path):
     sweep = tmp_path / "s"
     for i, (model, loss, ms) in enumerate([("bigram", 2.5, 1.0), ("gpt", 1.5, 30.0)]):

@@ -89,6 +89,16 @@ def _bound(r, metric: str) -> str:
     return ", ".join(p for p in parts if p)
 
 
+def _paired(df, i: int, g) -> str:
+    """For a goal against the baseline: the kernel (and host) time of the baseline row paired with row i."""
+    prefix = g["metric"].removesuffix("median_ms")
+    kernel, host = (df[f"{prefix}base_{s}"][i] if f"{prefix}base_{s}" in df else None for s in ("kernel_us", "host_us"))
+    if not (g.get("goal_x_baseline") and g["metric"].endswith("median_ms") and _num(kernel)):
+        return ""
+    host = f", host {host:.0f} us" if _num(host) else ""
+    return f"; its paired baseline row: {kernel:.0f} us of kernel time{host} per call"
+
+
 def judge(g, df, records) -> dict:
     """One goal against the report table: the best matching ok row, its value and the verdict."""
     metric = g["metric"]
@@ -117,10 +127,10 @@ def judge(g, df, records) -> dict:
         missed = [i for i in rows if not _meets(df[col][i], target, lower)]
         verdict = f"met at all {len(rows)} rows" if met else \
             f"missed at {len(missed)} of {len(rows)} rows; the worst {verdict}"
-    out.update(ours=ours, row=df["label"][best], index=best, bound=_bound(records[best], metric),
+    out.update(ours=ours, row=df["label"][best], index=best, bound=_bound(records[best], metric) + _paired(df, best, g),
                value=float(df[metric][best]) if metric in df else None, verdict=verdict,
                missed=[(df["label"][i], float(df[col][i]), _shortfall(float(df[col][i]), target, lower),
-                        _bound(records[i], metric)) for i in missed])
+                        _bound(records[i], metric) + _paired(df, i, g)) for i in missed])
     return out
 
 

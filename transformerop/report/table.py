@@ -204,6 +204,10 @@ def build(records) -> tuple:
         df[f"{prefix}base"] = merged[f"{prefix}base"].to_numpy()
         df[f"{prefix}x_baseline"] = [_ratio(v, b, direction) if s == "ok" else math.nan
                                      for v, b, s in zip(df[col], df[f"{prefix}base"], df["status"])]
+        for stat in ("kernel_us", "host_us"):  # the paired baseline's kernel and host time too (like for like)
+            if f"{prefix}{stat}" in df:
+                paired = base[on + [f"{prefix}{stat}"]].rename(columns={f"{prefix}{stat}": "_b"})
+                df[f"{prefix}base_{stat}"] = df[on].merge(paired, on=on, how="left")["_b"].to_numpy()
     if "precision" in df:  # a ratio across precisions is not like for like: the label says so
         bp = df[on].merge(base[on + ["precision"]].rename(columns={"precision": "_bp"}), on=on, how="left")["_bp"]
         df["label"] = [lab + (f" [{p} vs {b}]" if isinstance(p, str) and isinstance(b, str) and p != b else "")
