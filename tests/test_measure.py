@@ -386,6 +386,14 @@ def test_the_attention_check_covers_every_batch_row_in_chunks(monkeypatch):
         ref.check_attend(attn, 3, 2, 12, 8, torch.float32, "float32", CPU)
 
 
+def test_a_host_time_that_fails_leaves_the_timing_standing():
+    """bench's host time per call: a call that raises there is recorded as host_error, not a failed job."""
+    from transformerop.tasks.bench import _host
+    assert _host(lambda: 1 / 0, CPU) == {"host_us": None, "host_error": "ZeroDivisionError: division by zero"}
+    ok = _host(lambda: torch.ones(4).sum(), CPU)
+    assert ok["host_us"] > 0 and ok["host_calls"] == 25
+
+
 # -- GPU (pytest -m gpu on the device) ----------------------------------------------------------
 @pytest.mark.gpu
 @gpu

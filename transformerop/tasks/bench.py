@@ -111,10 +111,7 @@ def run(cfg) -> dict:
         row.update({k: v for k, v in pred.items() if k.startswith("mem_")}, **case.info,
                    **peak_of_one_call(case.fn, device))
         if device.type == "cuda":  # the host's share of one call, beside the wall (and kernel) time
-            row.update(host_time(case.fn, device))
-            log.info(f"  host: {row['host_note']}" if row["host_us"] is None else
-                     f"  host: {row['host_us']:.1f} us of the calling thread per call, the GPU never waited for "
-                     f"(p25-p75 {row['host_p25_us']:.1f}-{row['host_p75_us']:.1f})")
+            row.update(_host(case.fn, device))
         if case.tokens:
             row["tokens"], row["tok_per_s"] = case.tokens, case.tokens / (stats["median_ms"] / 1e3)
         log.info(flag_line(case.name, row))
@@ -132,6 +129,19 @@ def run(cfg) -> dict:
     tracker.table("bench", COLUMNS, rows)
     metrics["flagged"] = any(r[COLUMNS.index("flagged")] for r in rows)
     return metrics
+
+
+def _host(fn, device) -> dict:
+    """host_time, logged; a failure is logged and recorded (host_error): the timing stands without it."""
+    try:
+        h = host_time(fn, device)
+    except Exception as e:  # noqa: BLE001
+        log.info(f"  host: failed ({type(e).__name__}: {e}); the timing stands")
+        return {"host_us": None, "host_error": f"{type(e).__name__}: {e}"}
+    log.info(f"  host: {h['host_note']}" if h["host_us"] is None else
+             f"  host: {h['host_us']:.1f} us of the calling thread per call, the GPU never waited for "
+             f"(p25-p75 {h['host_p25_us']:.1f}-{h['host_p75_us']:.1f})")
+    return h
 
 
 def _flat(name: str, row: dict) -> dict:
