@@ -394,6 +394,15 @@ def test_a_host_time_that_fails_leaves_the_timing_standing():
     assert ok["host_us"] > 0 and ok["host_calls"] == 25
 
 
+def test_a_timing_after_a_gpu_profile_says_so(monkeypatch):
+    """Once the process has profiled the GPU, every timing it takes carries after_profiler."""
+    from transformerop.measure import timing
+    monkeypatch.setattr(timing, "_profiled", {"gpu": False, "warned": False})
+    assert "host_after_profiler" not in timing.host_time(lambda: None, CPU, repeats=2)
+    timing.profiling_gpu()
+    assert timing.host_time(lambda: None, CPU, repeats=2)["host_after_profiler"] is True
+
+
 # -- GPU (pytest -m gpu on the device) ----------------------------------------------------------
 @pytest.mark.gpu
 @gpu

@@ -41,8 +41,8 @@ def start_of(pid) -> float | None:
 
 
 def imports_done() -> None:
-    """Called by run.py once its imports are done: what Hydra does next (composing the config,
-    twice; the run dir; a single run's config checks) is its own start-up phase."""
+    """Called by run.py once its imports are done: what Hydra does next (composing the config, the
+    run dir, a single run's config checks) is its own start-up phase."""
     global _imported_at
     _imported_at = time.time()
 

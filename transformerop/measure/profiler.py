@@ -21,7 +21,7 @@ def kernel_profile(fn, per: int) -> dict:
     """GPU kernel time over one profiled fn() (graph replays included), divided by `per` (the
     calls, steps or tokens fn does). Kernel time near the wall time: the kernels bound it
     (bandwidth, occupancy); far below: gaps between kernels do (host work, launches)."""
-    timing.profiler_sessions += 1
+    timing.profiling_gpu()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()

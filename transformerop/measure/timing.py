@@ -21,18 +21,22 @@ import time
 import torch
 
 log = logging.getLogger(__name__)
-# torch.profiler sessions this process has run (measure/profiler.py counts them): the profiler
-# leaves CUPTI attached, and every later launch pays for it (on the H200 a bare op's host time
-# doubled), so a timing taken after one says so (after_profiler) -- isolate such sweeps.
-profiler_sessions = 0
-_warned = []
+# Whether this process has profiled the GPU: torch.profiler leaves CUPTI attached, and every later
+# launch pays for it (on the H200 a bare op's host time doubled), so a timing taken after one says
+# so (after_profiler) -- isolate such sweeps.
+_profiled = {"gpu": False, "warned": False}
+
+
+def profiling_gpu() -> None:
+    """Called by whatever starts a torch.profiler session with CUDA activity."""
+    _profiled["gpu"] = True
 
 
 def _after_profiler() -> dict:
-    if not profiler_sessions:
+    if not _profiled["gpu"]:
         return {}
-    if not _warned:
-        _warned.append(True)
+    if not _profiled["warned"]:
+        _profiled["warned"] = True
         log.warning("timing in a process that already ran torch.profiler: every launch now pays CUPTI's cost "
                     "(a sweep of such jobs wants sweep.isolate=true)")
     return {"after_profiler": True}

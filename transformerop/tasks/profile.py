@@ -137,7 +137,8 @@ def run(cfg) -> dict:
                              "step_speedup_if_2x"], phases)
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    timing.profiler_sessions += device.type == "cuda"  # CUPTI, which stays attached, profiles the GPU
+    if device.type == "cuda":  # CUPTI, which stays attached, profiles the GPU
+        timing.profiling_gpu()
     with profile(activities=acts) as prof:
         for _ in range(PROFILED_STEPS):
             for name in PHASES:
