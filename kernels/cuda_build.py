@@ -1,15 +1,12 @@
-"""Build and load the CUDA kernels (kernels/*.cu) as one torch extension through load_inline.
+"""Build and load our torch extensions through load_inline: the CUDA kernels (kernels/*.cu, one
+extension; the torch side lives in BINDING below) and any other `Extension` (the Triton
+attention's C++ front, kernels/triton_attention_op.py).
 
-The .cu files are plain CUDA (launchers on raw pointers); the torch side lives in BINDING below.
-The build is lazy (first `load()`), keyed by a hash of every source, the build flags, torch's
-version and the device arch, and cached in $TORCH_EXTENSIONS_DIR (default
-~/.cache/transformerop/torch_extensions), so a second process imports the cached .so instead
-of rebuilding. `build_info()` says whether the load was cold (compiled) or warm and how long
-it took.
-
-torch serializes builds with a `lock` file in the build directory (FileBaton): a waiting
-process polls until the file disappears, forever, so a build killed mid-way hangs every later
-run. We record who builds (`builder.pid`) and raise StaleBuildLock naming the file instead.
+The .cu files are plain CUDA (launchers on raw pointers). A build is lazy (first `load()`), keyed
+by a hash of every source, the build flags, torch's version and the device arch, and cached in
+$TORCH_EXTENSIONS_DIR (default ~/.cache/transformerop/torch_extensions), so a second process
+imports the cached .so instead of rebuilding. `build_info()` says whether the load was cold
+(compiled) or warm and how long it took. Waiting on another process's build: kernels/build_lock.py.
 """
 import hashlib
 import importlib.util
@@ -18,23 +15,23 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from transformerop.model.attention.base import BackendUnavailable
 
+from .build_lock import StaleBuildLock, claim, lock_is_busy, wait_for_lock  # noqa: F401 -- tests use them here
+
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADERS = ("launchers.h", "cuda_common.cuh")  # inlined into the sources, in this order
-STALE_LOCK_S = 60 * float(os.environ.get("TRANSFORMEROP_LOCK_STALE_MIN", "10"))  # owner unknown
-DEAD_OWNER_GRACE_S = 30.0  # owner recorded and gone: the lock is left over
-MAX_WAIT_S = 30 * 60.0  # a live build that takes longer than this is reported, not waited on
 
 BINDING = r"""
 #include <torch/extension.h>
@@ -101,10 +98,6 @@ void softmax_forward(torch::Tensor x, torch::Tensor y, int64_t variant) {
 FUNCTIONS = ["attention_forward", "softmax_forward"]
 
 
-class StaleBuildLock(RuntimeError):
-    """A build lock is held by no live process: torch would wait on it forever."""
-
-
 def _local_include_re():
     return re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.MULTILINE)
 
@@ -134,13 +127,30 @@ def device_arch(device=None) -> str:
     return f"{major}{minor}"
 
 
-def extension_name(arch: str) -> str:
-    cpp, cu = sources()
+@dataclass(frozen=True)
+class Extension:
+    """One torch extension: its name's prefix, what it is (for messages), its sources as
+    () -> (C++ sources, CUDA sources), and the functions it exports to Python."""
+    prefix: str
+    what: str
+    sources: Callable[[], tuple[list[str], list[str]]]
+    functions: tuple
+
+    @property
+    def needs_nvcc(self) -> bool:
+        return bool(self.sources()[1])
+
+
+KERNELS = Extension("tfo_kernels", "the CUDA kernels", lambda: ([sources()[0]], sources()[1]), tuple(FUNCTIONS))
+
+
+def extension_name(arch: str, ext: Extension = KERNELS) -> str:
+    cpp, cu = ext.sources()
     h = hashlib.sha256()
-    for part in [cpp, *cu, " ".join(cuda_flags(arch)), torch.__version__, str(torch.version.cuda)]:
+    for part in [*cpp, *cu, " ".join(cuda_flags(arch)), torch.__version__, str(torch.version.cuda)]:
         h.update(part.encode())
         h.update(b"\0")
-    return f"tfo_kernels_sm{arch}_{h.hexdigest()[:12]}"
+    return f"{ext.prefix}_sm{arch}_{h.hexdigest()[:12]}"
 
 
 def extensions_root() -> Path:
@@ -155,80 +165,33 @@ def find_nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def require_cuda(what: str, device=None) -> None:
+def require_cuda(what: str, device=None, ext: Extension = KERNELS) -> None:
     """BackendUnavailable (one line naming what is missing) unless `what` can run on device."""
     if not torch.cuda.is_available():
         raise BackendUnavailable(f"{what} needs a CUDA GPU (torch.cuda.is_available() is False)")
     if device is not None and torch.device(device).type != "cuda":
         raise BackendUnavailable(f"{what} needs a CUDA device, the run's device is {torch.device(device)}")
-    if _cached_build(device_arch()) is not None:
+    if _cached_build(device_arch(), ext) is not None:
         return  # a finished build needs no compiler
-    if find_nvcc() is None:
+    if ext.needs_nvcc and find_nvcc() is None:
         raise BackendUnavailable(f"{what} needs nvcc to build its kernels (no CUDA toolkit: set CUDA_HOME or PATH)")
+    from torch.utils.cpp_extension import CUDA_HOME
+    if not CUDA_HOME:
+        raise BackendUnavailable(f"{what} needs the CUDA toolkit's headers to build (set CUDA_HOME)")
     if shutil.which("ninja") is None:
         raise BackendUnavailable(f"{what} needs ninja to build its kernels (pip install ninja)")
 
 
-# ---- build lock ---------------------------------------------------------------------------
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # exists, someone else's
-    return True
-
-
-def _lock_owner(build_dir: Path):
-    """(alive, description) of whoever wrote builder.pid; alive is None when unknown."""
-    try:
-        host, pid = (build_dir / "builder.pid").read_text().split()
-        pid = int(pid)
-    except (OSError, ValueError):
-        return None, "owner unknown"
-    if host != socket.gethostname() or pid == os.getpid():
-        return None, f"recorded owner {host}:{pid}"
-    return _pid_alive(pid), f"pid {pid} {'running' if _pid_alive(pid) else 'no longer running'}"
-
-
-def lock_is_busy(build_dir: Path, stale_after_s: float = STALE_LOCK_S) -> bool:
-    """False: no lock. True: a build holds it (wait). Raises StaleBuildLock when nobody does."""
-    lock = Path(build_dir) / "lock"
-    try:
-        age = time.time() - lock.stat().st_mtime
-    except FileNotFoundError:
-        return False
-    alive, owner = _lock_owner(Path(build_dir))
-    if alive:
-        return True
-    if age > stale_after_s or (alive is False and age > DEAD_OWNER_GRACE_S):
-        raise StaleBuildLock(
-            f"stale CUDA build lock {lock} ({age:.0f} s old, {owner}): no build is running; "
-            f"delete that file and retry")
-    return True
-
-
-def _wait_for_lock(build_dir: Path) -> None:
-    start = time.time()
-    while lock_is_busy(build_dir):
-        if time.time() - start > MAX_WAIT_S:
-            raise StaleBuildLock(f"CUDA build lock {build_dir / 'lock'} still held after {MAX_WAIT_S:.0f} s; "
-                                 f"if no build is running, delete it and retry")
-        time.sleep(0.5)
-
-
 # ---- load ---------------------------------------------------------------------------------
 
-_MODULE = None
-_INFO: dict = {}
+_MODULES: dict = {}  # prefix -> loaded module
+_INFO: dict = {}  # prefix -> build_info()
 _LOAD_LOCK = threading.Lock()
 
 
-def _cached_build(arch: str):
+def _cached_build(arch: str, ext: Extension = KERNELS):
     """Path of a finished build's .so (the marker is written only after load_inline succeeded)."""
-    name = extension_name(arch)
+    name = extension_name(arch, ext)
     d = extensions_root() / name
     so = d / f"{name}.so"
     return so if (d / "built.json").exists() and so.exists() else None
@@ -241,52 +204,52 @@ def _import_so(name: str, so: Path):
     return module
 
 
-def load(verbose: bool = False):
-    """The compiled extension (attention_forward, softmax_forward), built on first use."""
-    global _MODULE
+def load(verbose: bool = False, ext: Extension = KERNELS):
+    """The compiled extension (the CUDA kernels' attention_forward, softmax_forward unless `ext`
+    names another), built on first use."""
     with _LOAD_LOCK:
-        if _MODULE is not None:
-            return _MODULE
-        require_cuda("kernels/cuda_build (the CUDA kernels)")
+        if ext.prefix in _MODULES:
+            return _MODULES[ext.prefix]
+        require_cuda(f"kernels/cuda_build ({ext.what})", ext=ext)
         start = time.perf_counter()
         arch = device_arch()
-        name = extension_name(arch)
+        name = extension_name(arch, ext)
         build_dir = extensions_root() / name
         build_dir.mkdir(parents=True, exist_ok=True)
-        _wait_for_lock(build_dir)
-        so = _cached_build(arch)
+        wait_for_lock(build_dir)
+        so = _cached_build(arch, ext)
         cold = so is None
         if so is not None:
             module = _import_so(name, so)
         else:
-            module = _build(name, arch, build_dir, verbose)
-        _INFO.update(name=name, build_dir=str(build_dir), arch=f"sm_{arch}", cold=cold,
-                     build_s=round(time.perf_counter() - start, 3))
+            module = _build(name, arch, build_dir, verbose, ext)
+        info = _INFO[ext.prefix] = dict(name=name, build_dir=str(build_dir), arch=f"sm_{arch}", cold=cold,
+                                        build_s=round(time.perf_counter() - start, 3))
         if cold:
-            (build_dir / "built.json").write_text(json.dumps(_INFO))
-        _MODULE = module
+            (build_dir / "built.json").write_text(json.dumps(info))
+        _MODULES[ext.prefix] = module
         return module
 
 
-def _build(name: str, arch: str, build_dir: Path, verbose: bool):
+def _build(name: str, arch: str, build_dir: Path, verbose: bool, ext: Extension):
     from torch.utils.cpp_extension import load_inline
-    cpp, cu = sources()
-    kwargs = dict(name=name, cpp_sources=[cpp], cuda_sources=cu, functions=FUNCTIONS,
+    cpp, cu = ext.sources()
+    kwargs = dict(name=name, cpp_sources=cpp, cuda_sources=cu, functions=list(ext.functions), with_cuda=True,
                   extra_cflags=["-O3"], extra_cuda_cflags=cuda_flags(arch),
                   build_directory=str(build_dir), verbose=verbose)
     if "no_implicit_headers" in inspect.signature(load_inline).parameters:
         kwargs["no_implicit_headers"] = True  # keeps torch headers out of the .cu: much faster nvcc
-    (build_dir / "builder.pid").write_text(f"{socket.gethostname()} {os.getpid()}")
+    claim(build_dir)
     try:
         return load_inline(**kwargs)
     except RuntimeError as e:
         # torch puts ninja's whole output (every compiler message) in the error: keep all of it
-        raise RuntimeError(f"building the CUDA kernels in {build_dir} failed:\n{e}") from e
+        raise RuntimeError(f"building {ext.what} in {build_dir} failed:\n{e}") from e
 
 
-def build_info() -> dict:
+def build_info(ext: Extension = KERNELS) -> dict:
     """After load(): name, build_dir, arch, cold (compiled this time) and build_s (seconds)."""
-    return dict(_INFO)
+    return dict(_INFO.get(ext.prefix, {}))
 
 
 def nvcc_compile_check(path, arch: str = "sm_90") -> None:

@@ -21,6 +21,8 @@ fallback_error = None  # why direct launches were switched off (recorded in resu
 stats = {"direct": 0, "jit": 0, "tuned": 0}
 _tuned = {}  # tuning key -> chosen config (BLOCK_M, BLOCK_N, num_warps, num_stages)
 _compiled = {}  # (tuning key, argument signature) -> CompiledKernel
+# (config, CompiledKernel) of the latest launch, None while tuning: the C++ launcher adopts it
+last_launch = (None, None)
 
 
 def _signature(args) -> tuple:
@@ -32,8 +34,9 @@ def _signature(args) -> tuple:
 def launch(kernel, grid, key, force, args, consts):
     """Launch autotuned `kernel` on positional `args` then constexpr `consts` (a dict in the
     kernel's parameter order, before the tuned BLOCK_M, BLOCK_N). grid(cfg) -> (x, y)."""
-    global fast, fallback_error
+    global fast, fallback_error, last_launch
     cfg = force or _tuned.get(key)
+    last_launch = (cfg, None)
     if cfg is None:
         kernel[grid](*args, **consts)
         stats["tuned"] += 1
@@ -48,6 +51,7 @@ def launch(kernel, grid, key, force, args, consts):
         try:
             compiled[(x, y, 1)](*args, *consts.values(), cfg["BLOCK_M"], cfg["BLOCK_N"])
             stats["direct"] += 1
+            last_launch = (cfg, compiled)
             return
         except Exception as e:  # noqa: BLE001 -- triton-internal API: fall back, once, loudly
             fast = False
@@ -55,5 +59,6 @@ def launch(kernel, grid, key, force, args, consts):
             log.warning(f"triton_launch: direct launch failed ({fallback_error}); using the JIT path")
     compiled = kernel.fn[(x, y)](*args, **consts, **cfg)
     stats["jit"] += 1
+    last_launch = (cfg, compiled)
     if ck and compiled is not None and hasattr(compiled, "run"):
         _compiled[ck] = compiled

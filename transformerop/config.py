@@ -93,6 +93,7 @@ class AttentionConfig:
     softmax: Softmax = Softmax.torch  # naive: the row softmax
     softmax_threshold: int = num(1024, ge=1)  # cuda_adaptive: rows at least this long use the block kernel
     allow_tf32: bool = True  # triton, fp32: TF32 tensor cores in tl.dot (false: IEEE fp32)
+    cpp_launch: bool = True  # triton on CUDA: a C++ op, autograd node and launch (false: Python's, for debugging)
 
 
 @dataclass

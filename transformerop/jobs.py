@@ -105,10 +105,12 @@ def labels(cfg, device) -> dict:
 
 
 def _launch_fallbacks() -> dict:
-    """A Triton kernel that had to fall back from its direct launch to the JIT says so here."""
-    launch = sys.modules.get("kernels.triton_launch")
-    err = getattr(launch, "fallback_error", None)
-    return {"triton_launch_fallback": err} if err else {}
+    """A Triton kernel that had to fall back from its direct launch to the JIT, or that the C++
+    launcher refused (it then launched from Python), says so here."""
+    launch, op = sys.modules.get("kernels.triton_launch"), sys.modules.get("kernels.triton_attention_op")
+    err, refused = getattr(launch, "fallback_error", None), getattr(op, "refused", None)
+    out = {"triton_launch_fallback": err} if err else {}
+    return {**out, "triton_cpp_refused": dict(refused)} if refused else out
 
 
 def _tags(cfg, choices) -> list:

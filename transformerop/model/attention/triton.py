@@ -4,6 +4,10 @@ Forward and backward are Triton kernels (backward = "kernel"). Attention dropout
 in training) is fused into both: the backward regenerates the forward's mask from its seed.
 fp32 matmuls use TF32 tensor cores unless `attention.allow_tf32=false` is given. Decoding works
 against a growing KV cache; an explicit mask (the preallocated caches) is refused.
+
+On CUDA the kernels run behind a C++ op (kernels/triton_attention_op.py: its autograd node and
+launches are C++, so an eager call pays little host time); `attention.cpp_launch=false` keeps the
+Python autograd.Function and launch path, which the interpreter always uses.
 """
 import functools
 import importlib
@@ -20,6 +24,14 @@ def _kernels():
     return importlib.import_module("kernels.triton_attention")
 
 
+@functools.cache
+def _op():
+    """kernels.triton_attention_op with its C++ extension loaded (built on first use, then cached)."""
+    op = importlib.import_module("kernels.triton_attention_op")
+    op.load()
+    return op
+
+
 class TritonAttention(CausalSelfAttention):
     supports_cache = True
     accepts_mask = False  # causal only: no masked preallocated caches
@@ -29,6 +41,7 @@ class TritonAttention(CausalSelfAttention):
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
         self.allow_tf32 = bool(getattr(acfg, "allow_tf32", True))  # schema default True; bare dicts too
+        self.cpp_launch = bool(getattr(acfg, "cpp_launch", True)) and not interpreting()
         _kernels()  # import now: a missing kernels/ fails at build, not mid-step
 
     @classmethod
@@ -37,6 +50,11 @@ class TritonAttention(CausalSelfAttention):
         if dtype_name == "float32" and getattr(acfg, "allow_tf32", True) and torch.device(device).type == "cuda":
             return "tf32"
         return super().precision(dtype_name, acfg, device)
+
+    @classmethod
+    def variants(cls, name):
+        """Both launch paths: the C++ op and the Python autograd.Function over the same kernels."""
+        return [(name, {"name": name}), (f"{name}_python_launch", {"name": name, "cpp_launch": False})]
 
     @classmethod
     def check(cls, cfg, device):
@@ -51,12 +69,16 @@ class TritonAttention(CausalSelfAttention):
             raise BackendUnavailable(f"attention=triton needs the triton package ({e})") from None
         if interpret:
             _check_interpretable(cfg)
+        elif getattr(cfg.attention, "cpp_launch", True):
+            importlib.import_module("kernels.triton_attention_op").require(device)
 
     def attend(self, q, k, v, mask):
         if mask is not None:
             raise ValueError("attention=triton is causal only and takes no explicit mask: use a decode path "
                              "without one")
         p = self.dropout if self.training else 0.0
+        if self.cpp_launch and q.is_cuda:
+            return _op().attention(q, k, v, True, self.scale, self.allow_tf32, p, None)
         return _kernels().attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32,
                                     dropout_p=p)
 
