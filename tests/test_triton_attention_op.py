@@ -64,7 +64,8 @@ def test_op_needs_cuda_in_one_line():
 OP_CASES = [(4, 6, 100, 100, 64, "bfloat16", True, 0.0, True), (3, 6, 255, 255, 32, "float32", True, 0.0, True),
             (2, 4, 200, 200, 128, "bfloat16", True, 0.0, True), (2, 6, 37, 300, 64, "bfloat16", True, 0.0, True),
             (2, 6, 129, 129, 64, "bfloat16", True, 0.2, True), (3, 1, 1, 37, 64, "bfloat16", True, 0.0, False),
-            (1, 6, 1, 1, 64, "float32", True, 0.0, False), (2, 2, 65, 65, 64, "float32", False, 0.0, True)]
+            (1, 6, 1, 1, 64, "float32", True, 0.0, False), (2, 2, 65, 65, 16, "float32", True, 0.3, True)]
+# (IEEE fp32 is left to test_triton_attention.py: tuning every tile of it compiles for minutes)
 
 
 def _inputs(B, H, t_q, t_k, D, dtype, seed=0):
