@@ -388,10 +388,11 @@ def test_the_attention_check_covers_every_batch_row_in_chunks(monkeypatch):
 
 def test_a_host_time_that_fails_leaves_the_timing_standing():
     """bench's host time per call: a call that raises there is recorded as host_error, not a failed job."""
+    from transformerop.measure import timing
     from transformerop.tasks.bench import _host
     assert _host(lambda: 1 / 0, CPU) == {"host_us": None, "host_error": "ZeroDivisionError: division by zero"}
     ok = _host(lambda: torch.ones(4).sum(), CPU)
-    assert ok["host_us"] > 0 and ok["host_calls"] == 25
+    assert ok["host_us"] > 0 and ok["host_calls"] == 25 * timing.HOST_BLOCK
 
 
 def test_a_timing_after_a_gpu_profile_says_so(monkeypatch):

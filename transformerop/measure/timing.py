@@ -82,43 +82,56 @@ def measure(fn, device, warmup_ms: float = 25.0, rep_ms: float = 100.0, min_repe
 
 
 HOLD_CYCLES = 2 * 10 ** 7  # the GPU's first hold: ~10 ms of a spinning kernel at ~2 GHz
+HOST_BLOCK = 5  # calls per timed block: few enough that their launches never fill the launch queue
 
 
 def host_time(fn, device, repeats: int = 25) -> dict:
-    """How long one fn() call holds the calling thread when it never waits for the GPU: the
+    """How long one fn() call holds the calling thread when it does not wait for the GPU: the
     host's share of an eager call (Python, argument binding, allocation, launches), to set beside
-    its kernel time. On CUDA each timed call starts on an empty queue held by a spinning kernel
-    (torch.cuda._sleep, after a sync), so its launches queue behind the hold: none waits for a
-    finished kernel, and one call's launches alone never fill the queue (twenty queued graph
-    replays of a train step did, and then each waited for a step). The hold grows until the GPU
-    is still busy when the call returns; a call that still finds it idle waits for the GPU itself
-    (it syncs): host_us is then None. torch.utils.benchmark times one call per repeat (after its
-    own warm-up calls, each block after the sync and the hold). Keys: host_us (median over
-    repeats), host_p25_us, host_p75_us, host_calls; host_note when there is no figure."""
+    its kernel time.
+
+    The figure: torch.utils.benchmark times blocks of HOST_BLOCK back-to-back calls, as a loop of
+    eager calls runs them, each block after a sync; host_us is a block's time / HOST_BLOCK. Why
+    blocks: on the H200 one call timed alone after a sync read 3.5-14x the per-call wall time of
+    a host-bound loop of the same call, and blocks timed behind a spinning kernel up to 2.4x
+    (experiments/results/h200-2026-12-01g); a loop's wall time bounds its host time per call.
+    A call that waits for the GPU itself (it syncs) has no host figure. It is found first, by
+    one call queued behind a hold (torch.cuda._sleep, growing until the GPU is still busy when
+    the call returns); if every hold drains, host_us is None. Keys: host_us (median over
+    blocks), host_p25_us, host_p75_us, host_calls; host_note when there is no figure."""
     from torch.utils import benchmark
 
     device = torch.device(device)
     cuda = device.type == "cuda"
-    hold = [HOLD_CYCLES]
+    if cuda and _waits_for_gpu(fn, device):
+        return {"host_us": None, "host_calls": 0, "host_note": "the call waits for the GPU (it syncs)"}
 
-    def sync_and_hold():
-        if cuda:
-            torch.cuda.synchronize(device)
-            torch.cuda._sleep(hold[0])
-    timer = benchmark.Timer(stmt="fn()", setup="sync_and_hold()", timer=time.perf_counter,
-                            globals={"fn": fn, "sync_and_hold": sync_and_hold}, num_threads=torch.get_num_threads())
-    per_call = []
-    while len(per_call) < repeats:
-        us = timer.timeit(1).times[0] * 1e6
-        drained = cuda and torch.cuda.current_stream(device).query()
-        if cuda:
-            torch.cuda.synchronize(device)
-        if not drained:
-            per_call.append(us)
-        elif hold[0] >= HOLD_CYCLES * 64:  # ~0.6 s of hold drained: the call waits for the GPU
-            return {"host_us": None, "host_calls": len(per_call), "host_note": "the call waits for the GPU (it syncs)"}
-        else:
-            hold[0] *= 4
+    def block():
+        for _ in range(HOST_BLOCK):
+            fn()
+    setup = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+    timer = benchmark.Timer(stmt="block()", setup="setup()", timer=time.perf_counter,
+                            globals={"block": block, "setup": setup}, num_threads=torch.get_num_threads())
+    per_call = [timer.timeit(1).times[0] * 1e6 / HOST_BLOCK for _ in range(repeats)]
+    if cuda:
+        torch.cuda.synchronize(device)
     q = statistics.quantiles(per_call, n=4, method="inclusive")
-    return {"host_us": statistics.median(per_call), "host_p25_us": q[0], "host_p75_us": q[2], "host_calls": repeats,
+    return {"host_us": statistics.median(per_call), "host_p25_us": q[0], "host_p75_us": q[2],
+            "host_calls": repeats * HOST_BLOCK,
             **{f"host_{k}": v for k, v in _after_profiler().items()}}
+
+
+def _waits_for_gpu(fn, device) -> bool:
+    """True when fn() still finds the GPU idle after ~0.6 s of hold: it waits for the GPU."""
+    hold = HOLD_CYCLES
+    while True:
+        torch.cuda.synchronize(device)
+        torch.cuda._sleep(hold)
+        fn()
+        drained = torch.cuda.current_stream(device).query()
+        torch.cuda.synchronize(device)
+        if not drained:
+            return False
+        if hold >= HOLD_CYCLES * 64:
+            return True
+        hold *= 4

@@ -12,8 +12,8 @@ NOTE = ("x base: > 1 = better than the baseline row (baseline / row for times an
         "for throughputs and accuracy). ms: median (p25-p75) of the repeats. meas/pred: measured / "
         "predicted (roofline + launch term), ! = flagged. kernel us, GPU busy (when profiled): GPU kernel time per "
         "call or step, and its share of the wall time; far below 100% = host or launch gaps bound it. host us "
-        "(bench on CUDA): how long one call holds the calling thread with the GPU kept busy, so it never waits for "
-        "it: the call's host work. precision: "
+        "(bench on CUDA): how long one call holds the calling thread in a loop of back-to-back calls (blocks of 5 "
+        "after a sync): the call's host work; none for a call that waits for the GPU. precision: "
         "how the attention's matmuls round (ieee / tf32 / bf16); a ratio across precisions says so in its label.")
 
 
