@@ -34,8 +34,12 @@ _adopted: dict = {}  # key -> CompiledKernel: kept alive, since Triton unloads a
 
 
 def require(device=None) -> None:
-    """BackendUnavailable, one line naming what is missing, unless the op can be built and run."""
-    cuda_build.require_cuda("attention.cpp_launch=true (the Triton attention's C++ launcher)", device, EXTENSION)
+    """BackendUnavailable, one line naming what is missing and the way round it, unless the op
+    can be built and run."""
+    try:
+        cuda_build.require_cuda("attention.cpp_launch=true (the Triton attention's C++ launcher)", device, EXTENSION)
+    except cuda_build.BackendUnavailable as e:
+        raise cuda_build.BackendUnavailable(f"{e}; or set attention.cpp_launch=false (Python launches)") from None
 
 
 @functools.cache
