@@ -239,7 +239,7 @@ def test_calibrate_then_predict_uses_measured_ceilings(tmp_path, cal_dir, one_th
 
 def test_profile_cpu_phases_trace_and_top_ops(tmp_path, cal_dir, one_thread):
     res, _ = run_in_process(tmp_path / "prof", "task=profile", "device=cpu", "model.n_layer=1",
-                            "train.batch_size=16", "bench.rep_ms=30", "bench.warmup_ms=5")
+                            "train.batch_size=16", "bench.rep_ms=100", "bench.warmup_ms=10")
     assert res["status"] == "ok", res["error"]
     m = res["metrics"]
     for phase in ("forward", "backward", "optimizer", "step"):
