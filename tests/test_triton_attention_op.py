@@ -140,6 +140,7 @@ def test_gpu_op_matches_float64():
 def test_gpu_op_in_a_cuda_graph():
     """Forward and backward captured once: a replay on new inputs equals an eager call on them."""
     from kernels import triton_attention_op as op
+    from transformerop.graphs import capture
     q, k, v, do = _inputs(4, 6, 128, 128, 64, "bfloat16", seed=2)
     qkv = [t.detach().clone().requires_grad_() for t in (q, k, v)]
 
@@ -150,21 +151,12 @@ def test_gpu_op_in_a_cuda_graph():
         out.backward(do)
         return out
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = step()
+    captured = capture(step)  # the project's one capture: side-stream warm-up, then record
     q2, k2, v2, _ = _inputs(4, 6, 128, 128, 64, "bfloat16", seed=3)
     with torch.no_grad():
         for t, new in zip(qkv, (q2, k2, v2)):
             t.copy_(new)
-    graph.replay()
-    replayed = [out.clone()] + [t.grad.clone() for t in qkv]
+    replayed = [captured.replay().clone()] + [t.grad.clone() for t in qkv]
     eager = _run(lambda *a: op.attention(*a, True, 0.125, True, 0.0, None), q2, k2, v2, do, True)
     assert all(torch.equal(a, b) for a, b in zip(replayed, eager))
 

@@ -139,7 +139,7 @@ def _host(fn, device) -> dict:
         log.info(f"  host: failed ({type(e).__name__}: {e}); the timing stands")
         return {"host_us": None, "host_error": f"{type(e).__name__}: {e}"}
     log.info(f"  host: {h['host_note']}" if h["host_us"] is None else
-             f"  host: {h['host_us']:.1f} us of the calling thread per call, the GPU never waited for "
+             f"  host: {h['host_us']:.1f} us of the calling thread per call in back-to-back calls "
              f"(p25-p75 {h['host_p25_us']:.1f}-{h['host_p75_us']:.1f})")
     return h
 
