@@ -190,44 +190,34 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, pos, scale, N
     CW: tl.constexpr = (C + CHUNKS - 1) // CHUNKS
     offs_d = tl.arange(0, BD)
     d_ok = offs_d < D
-    offs_t = tl.arange(0, BT)
+    n_slots = pos + 1
     for item in range(pid, NB * H * chunks, nprog):
         c = item % chunks
         bh = item // chunks
         b = bh // H
         h = bh % H
-        base = bh * W_CACHE * D
-        # slots before pos hold earlier steps' k and v: their first block loads before the wait, and
-        # only slot pos, this step's, comes after it (from QKV, with q: one trip, not two)
-        old = (offs_t < pos)[:, None] & d_ok[None, :]
-        k_old = tl.load(KC + base + offs_t[:, None] * D + offs_d[None, :], mask=old, other=0.0, cache_modifier=".cg")
-        v_old = tl.load(VC + base + offs_t[:, None] * D + offs_d[None, :], mask=old, other=0.0, cache_modifier=".cg")
         seen = tl.atomic_add(CNT + h, 0, sem="acquire", scope="gpu")
         while seen < target:
             seen = tl.atomic_add(CNT + h, 0, sem="acquire", scope="gpu")
         tl.debug_barrier()
-        at = QKV + b * 3 * C + h * 3 * D + offs_d
-        q = tl.load(at, mask=d_ok, other=0.0, cache_modifier=".cg")
-        # the new slot as the cache holds it (rounded to its dtype), so every path sees the same keys
-        k_new = tl.load(at + D, mask=d_ok, other=0.0, cache_modifier=".cg").to(KC.dtype.element_ty).to(tl.float32)
-        v_new = tl.load(at + 2 * D, mask=d_ok, other=0.0, cache_modifier=".cg").to(VC.dtype.element_ty).to(tl.float32)
-        # an online softmax that starts from the new slot (so its max is finite), then the old blocks
-        m = tl.sum(q * k_new, 0) * scale
-        l = m * 0.0 + 1.0
-        acc = v_new
-        for t0 in range(0, pos, BT):
-            t_ok = (t0 + offs_t) < pos
-            if t0 > 0:
-                kv_ok = t_ok[:, None] & d_ok[None, :]
-                k_old = tl.load(KC + base + (t0 + offs_t)[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
-                                cache_modifier=".cg")
-                v_old = tl.load(VC + base + (t0 + offs_t)[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
-                                cache_modifier=".cg")
-            sc = tl.where(t_ok, tl.sum(k_old.to(tl.float32) * q[None, :], 1) * scale, NEG)
+        q = tl.load(QKV + b * 3 * C + h * 3 * D + offs_d, mask=d_ok, other=0.0, cache_modifier=".cg")
+        base = bh * W_CACHE * D
+        m = tl.max(tl.full([BD], NEG, tl.float32), 0)
+        l = m * 0.0
+        acc = tl.zeros([BD], dtype=tl.float32)
+        for t0 in range(0, n_slots, BT):  # an online softmax over blocks of BT slots
+            offs_t = t0 + tl.arange(0, BT)
+            t_ok = offs_t < n_slots
+            kv_ok = t_ok[:, None] & d_ok[None, :]
+            k = tl.load(KC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
+                        cache_modifier=".cg").to(tl.float32)
+            v = tl.load(VC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
+                        cache_modifier=".cg").to(tl.float32)
+            sc = tl.where(t_ok, tl.sum(k * q[None, :], 1) * scale, NEG)
             m_new = tl.maximum(m, tl.max(sc, 0))
             p = tl.where(t_ok, tl.exp(sc - m_new), 0.0)
             alpha = tl.exp(m - m_new)
-            acc = acc * alpha + tl.sum(p[:, None] * v_old.to(tl.float32), 0)
+            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
             l = l * alpha + tl.sum(p, 0)
             m = m_new
         y = acc / l

@@ -57,27 +57,6 @@ def _grid_sync(BAR, k, PROF, PROFILE: tl.constexpr):
             tl.store(PROF + k - 1, tl.extra.cuda.globaltimer())
 
 
-@triton.jit
-def _prefetch_l2(W, n, part, parts, THREADS: tl.constexpr):
-    """Ask the L2 for part `part` of `parts` of W[0:n]: one bulk prefetch (cp.async.bulk.prefetch.L2,
-    sm_90), issued by the program's first thread. Nothing waits for it: the HBM streams a later
-    phase's weights while this phase runs on what an earlier prefetch brought. (One small prefetch
-    per thread instead cost the issuing program ~3 µs a phase on the H200: the copy engine takes
-    them one at a time.)"""
-    BYTES: tl.constexpr = W.dtype.element_ty.primitive_bitwidth // 8
-    units = n * BYTES // 16
-    per_part = (units + parts - 1) // parts
-    first = part * per_part
-    size = tl.minimum(per_part, tl.maximum(units - first, 0)) * 16
-    size = tl.where(tl.arange(0, THREADS) == 0, size, 0).to(tl.int32)
-    at = W.to(tl.pointer_type(tl.int8)) + first.to(tl.int64) * 16
-    # the address rounded down to 16 bytes (a block of an odd-sized fp32 layer need not be aligned)
-    tl.inline_asm_elementwise("{ .reg .pred p; .reg .b64 a; setp.gt.s32 p, $2, 0; and.b64 a, $1, -16; "
-                              "@p cp.async.bulk.prefetch.L2.global [a], $2; mov.u32 $0, 0; }",
-                              "=r,l,r", [at + tl.zeros([THREADS], tl.int64), size], dtype=tl.int32, is_pure=False,
-                              pack=1)
-
-
 @triton.jit(do_not_specialize=["n_steps", "top_k"])
 def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        WTE, WPE, LN1_W, LN1_B, W_QKV, B_QKV, W_O, B_O, LN2_W, LN2_B, W_FC, B_FC, W_P2T, B_P2,
@@ -91,8 +70,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        BN_V: tl.constexpr, BK_V: tl.constexpr, ONE_V: tl.constexpr, BT: tl.constexpr,
                        BD: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
                        HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr,
-                       PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, PREFETCH: tl.constexpr,
-                       THREADS: tl.constexpr):
+                       PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     weight tile is loaded before the barrier that opens it (_weights). W_QKV's rows are
@@ -116,9 +94,6 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     o_head = (pid // O_CHUNKS) % H
     o_row = (pid % O_CHUNKS) * O_WIDTH
     o_end = tl.where(pid < NB * H * O_CHUNKS, tl.minimum(o_row + O_WIDTH, C), 0)
-    if PREFETCH:  # the first layer's attention weights; each phase then asks for the next one's
-        _prefetch_l2(W_QKV, 3 * C * C, pid, nprog, THREADS)
-        _prefetch_l2(W_O, C * C, pid, nprog, THREADS)
     for i in range(n_steps):
         t = t0 + i
         pos = pos0 + i
@@ -131,9 +106,6 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV)
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, PROFILE)
-            if PREFETCH:  # after the barrier: the L2 then holds two phases' weights, not three
-                _prefetch_l2(W_FC + layer * 4 * C * C, 4 * C * C, pid, nprog, THREADS)
-                _prefetch_l2(W_P2T + layer * 4 * C * C, 4 * C * C, pid, nprog, THREADS)
             _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, prev, deeper, deeper, LN1_W + layer * C, LN1_B + layer * C,
                     eps, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB,
                     3 * C, C, L, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS,
@@ -143,14 +115,6 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, PROFILE)
-            if PREFETCH:  # the next layer's attention (after the last layer: the next token's first)
-                nxt = (layer + 1) % L
-                _prefetch_l2(W_QKV + nxt * 3 * C * C, 3 * C * C, pid, nprog, THREADS)
-                _prefetch_l2(W_O + nxt * C * C, C * C, pid, nprog, THREADS)
-                for bh in range(pid, NB * H, nprog):  # and its cache's written slots, a (row, head) each
-                    at = (nxt * NB * H + bh) * W_CACHE * D
-                    _prefetch_l2(KC + at, pos * D, 0, 1, THREADS)
-                    _prefetch_l2(VC + at, pos * D, 0, 1, THREADS)
             _mlp(pid, nprog, w, w2, RES, ACC, B_O, B_P2, layer, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C,
                  W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C, L, B_PAD, BN_FC, BK_FC,
                  BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC)

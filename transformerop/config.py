@@ -108,9 +108,6 @@ class DecodeConfig:
     # weight load rounds fewest (rounds) or the bytes it loads fewest, counting the batch's stream
     # that narrow tiles reread for every tile and chunk (bytes); a sweep over them decides
     tile_cost: TileCost = TileCost.rounds
-    # the one-launch path asks the L2 for each next phase's weights (and cache) while a phase runs:
-    # true / false, or unset: when the weights fill more than half the device's L2
-    l2_prefetch: Optional[bool] = None
 
 
 @dataclass

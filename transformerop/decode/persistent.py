@@ -28,7 +28,7 @@ def _prev_pow2(n: int) -> int:
 
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
-         budget: int | None = None, cost: str = "rounds", prefetch: bool = False) -> dict:
+         budget: int | None = None, cost: str = "rounds") -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN and the reduction chunk BK
     (within the register budget -- fp32 values per program) with the fewest rounds of loads per
     program, each round a full trip to L2 or memory: ceil(tiles / programs) * ceil(K / BK); among
@@ -51,8 +51,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     BD = _pow2(D)
     rows = 1 if dot else b_pad  # the products' register cost per weight element
     t = {"B_PAD": b_pad, "BD": BD, "VP": _pow2(V), "CP": _pow2(C), "num_warps": num_warps, "num_stages": 1,
-         "DOT": dot,  # no software pipelining: two stages measured slower (experiments/results/h200-2026-12-01d)
-         "PREFETCH": prefetch, "THREADS": 32 * num_warps}
+         "DOT": dot}  # no software pipelining: two stages measured slower (experiments/results/h200-2026-12-01d)
     t["CH"] = max(1, min(t["VP"], budget // t["VP"]))
     # a weight element costs a register per row on the multiply-add form (the inputs are held in
     # the weights' layout); a dot holds its weight tile and its inputs: half of one each
@@ -128,24 +127,11 @@ class Persistent(Static):
                       LNF_B=model.ln_f.bias.detach() if self.ln_bias else dummy)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
-        self.prefetch = self.wants_prefetch(getattr(dcfg, "l2_prefetch", None), dev)
-        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "rounds")),
-                            prefetch=self.prefetch))
+        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "rounds"))))
         self.bar = torch.zeros(1 + L * H, device=dev, dtype=torch.int32)  # the barrier, then a counter per head
         self.stamps = None  # a list while phase_profile runs
         self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
         self.dtype = dt
-
-    def wants_prefetch(self, choice, dev) -> bool:
-        """decode.l2_prefetch, or when unset: prefetch when the weights fill more than half the L2
-        (a model that stays in L2 gains nothing from asking for it again). The interpreter cannot run
-        the prefetch instruction, and nothing computed depends on it."""
-        if interpreting():
-            return False
-        if choice is not None:
-            return bool(choice)
-        weights = sum(w.numel() * w.element_size() for w in self.w.values())
-        return weights > torch.cuda.get_device_properties(dev).L2_cache_size // 2
 
     def set_tiles(self, tiles: dict) -> None:
         """Use these tiles (plan()'s keys) and size the scratch buffers for them."""
