@@ -67,20 +67,25 @@ def _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB: tl.constexpr, K: tl.conste
 
 
 @triton.jit
-def _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, j, n_a, n_m, store, LN_W, LN_B, eps, NB: tl.constexpr,
+def _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, store, LN_W, LN_B, eps, NB: tl.constexpr,
                   K: tl.constexpr, L: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr,
                   HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr):
-    """LayerNorm of a chunk of the stream (with ONE the chunk is the whole row, so its statistics
-    come from it: one load). `store`: also write the stream itself as RES[j + 1]."""
+    """LayerNorm of a chunk of the stream. With ONE the chunk is the whole row: the stream's parts
+    are loaded here, the statistics come from them, and `store` also writes the stream itself as
+    RES[j + 1]. Otherwise the chunk comes from XS, this program's own copy of the stream that _stats
+    wrote."""
     rows = tl.arange(0, B_PAD)
     offs_k = k0 + tl.arange(0, BK)
     k_ok = offs_k < K
     ok = (rows < NB)[:, None] & k_ok[None, :]
-    x = _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB, K, L, B_PAD, BK, HAS_BIAS)
-    tl.store(RES + ((j + 1) * NB + rows[:, None]) * K + offs_k[None, :], x, mask=ok & (offs_k * 0 + store > 0)[None, :])
     if ONE:
+        x = _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB, K, L, B_PAD, BK, HAS_BIAS)
+        tl.store(RES + ((j + 1) * NB + rows[:, None]) * K + offs_k[None, :], x,
+                 mask=ok & (offs_k * 0 + store > 0)[None, :])
         mean = tl.sum(x, 1) / K
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / K - mean * mean + eps)
+    else:
+        x = tl.load(XS + rows[:, None] * K + offs_k[None, :], mask=ok, other=0.0)
     x = (x - mean[:, None]) * rstd[:, None] * tl.load(LN_W + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
     if HAS_LN_B:
         x += tl.load(LN_B + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
@@ -88,17 +93,27 @@ def _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, j, n_a, n_m, store, LN_W,
 
 
 @triton.jit
-def _stats(RES, ACC, B_O, B_P2, j, n_a, n_m, eps, NB: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
+def _stats(RES, ACC, B_O, B_P2, XS, j, n_a, n_m, store, eps, NB: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
            B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr):
     """Each row's LayerNorm mean and 1 / std over the stream (one pass of sums, fp32); with ONE the
-    matvec takes them from its one chunk instead."""
+    matvec takes them from its one chunk instead. The pass also copies the stream into XS, this
+    program's own (NB, K) block, which its tiles then read chunk by chunk: every program reading
+    the stream's three parts again for every tile and chunk crowds the few L2 lines that hold
+    them. `store`: also write the stream as RES[j + 1]."""
     s1 = tl.zeros([B_PAD], dtype=tl.float32)
     s2 = s1
     if not ONE:
+        rows = tl.arange(0, B_PAD)
         for k0 in range(0, K, BK):
+            offs_k = k0 + tl.arange(0, BK)
+            ok = (rows < NB)[:, None] & (offs_k < K)[None, :]
             x = _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB, K, L, B_PAD, BK, HAS_BIAS)
+            tl.store(XS + rows[:, None] * K + offs_k[None, :], x, mask=ok)
+            tl.store(RES + ((j + 1) * NB + rows[:, None]) * K + offs_k[None, :], x,
+                     mask=ok & (offs_k * 0 + store > 0)[None, :])
             s1 += tl.sum(x, 1)
             s2 += tl.sum(x * x, 1)
+        tl.debug_barrier()  # the copy is read back by other threads of this program
     mean = s1 / K
     return mean, 1.0 / tl.sqrt(s2 / K - mean * mean + eps)
 
@@ -127,7 +142,7 @@ def _reduced(acc, DOT: tl.constexpr):
 
 
 @triton.jit
-def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, j, n_a, n_m, LN_W, LN_B, eps, W, BIAS, OUT, KC, VC, CNT, pos,
+def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, LN_W, LN_B, eps, W, BIAS, OUT, KC, VC, CNT, pos,
             NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, L: tl.constexpr, GROUP: tl.constexpr,
             H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
             ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr,
@@ -139,7 +154,9 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, j, n_a, n_m, LN_W, LN_B, eps
     done on its head's counter (CNT[h], release) for the attention that waits on it."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
-    mean, rstd = _stats(RES, ACC, B_O, B_P2, j, n_a, n_m, eps, NB, K, L, B_PAD, BK, ONE, HAS_BIAS)
+    XS += pid * NB * K  # this program's copy of the stream
+    mean, rstd = _stats(RES, ACC, B_O, B_P2, XS, j, n_a, n_m, (pid == 0) * n_m * QKV, eps, NB, K, L, B_PAD, BK, ONE,
+                        HAS_BIAS)
     tiles: tl.constexpr = (N // GROUP) * ((GROUP + BN - 1) // BN)
     for tile in range(pid, tiles, nprog):
         r0, r_end = _tile_rows(tile, N, GROUP, BN)
@@ -151,7 +168,7 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, j, n_a, n_m, LN_W, LN_B, eps
             acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
         store = (tile == 0) * n_m * QKV  # program 0's first tile writes RES[j + 1] (not for layer 0)
         for k0 in range(0, K, BK):
-            x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, j, n_a, n_m, store, LN_W, LN_B, eps, NB, K, L,
+            x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, store, LN_W, LN_B, eps, NB, K, L,
                               B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = w_pre
@@ -235,7 +252,7 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, pos, scale, N
 
 
 @triton.jit
-def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, layer, W_FC, B_FC, W_P2T, LN_W, LN_B, eps,
+def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, XS, layer, W_FC, B_FC, W_P2T, LN_W, LN_B, eps,
          NB: tl.constexpr, C: tl.constexpr, L: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr,
          DOT: tl.constexpr, PREC: tl.constexpr):
@@ -246,7 +263,8 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, layer, W_FC, B_FC, W
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     XM = ACC + (L + layer) * NB * C
-    mean, rstd = _stats(RES, ACC, B_O, B_P2, layer, 1, 0, eps, NB, C, L, B_PAD, BK, ONE, HAS_BIAS)
+    XS += pid * NB * C
+    mean, rstd = _stats(RES, ACC, B_O, B_P2, XS, layer, 1, 0, 0, eps, NB, C, L, B_PAD, BK, ONE, HAS_BIAS)
     for tile in range(pid, tl.cdiv(4 * C, BN), nprog):
         offs_n = tile * BN + tl.arange(0, BN)
         n_ok = offs_n < 4 * C
@@ -255,7 +273,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, layer, W_FC, B_FC, W
         else:
             acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
         for k0 in range(0, C, BK):
-            x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, layer, 1, 0, False, LN_W, LN_B, eps, NB, C, L,
+            x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, layer, 1, 0, False, LN_W, LN_B, eps, NB, C, L,
                               B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = wfc_pre

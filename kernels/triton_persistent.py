@@ -60,7 +60,7 @@ def _grid_sync(BAR, k, PROF, PROFILE: tl.constexpr):
 @triton.jit(do_not_specialize=["n_steps", "top_k"])
 def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        WTE, WPE, LN1_W, LN1_B, W_QKV, B_QKV, W_O, B_O, LN2_W, LN2_B, W_FC, B_FC, W_P2T, B_P2,
-                       LNF_W, LNF_B, KC, VC, RES, ACC, QKV,
+                       LNF_W, LNF_B, KC, VC, RES, ACC, QKV, XS,
                        n_steps, temperature, top_k, eps, scale,
                        NB: tl.constexpr, C: tl.constexpr, H: tl.constexpr, L: tl.constexpr, V: tl.constexpr,
                        W_CACHE: tl.constexpr, TOTAL: tl.constexpr, B_PAD: tl.constexpr, BN_QKV: tl.constexpr,
@@ -106,7 +106,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV)
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, PROFILE)
-            _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, prev, deeper, deeper, LN1_W + layer * C, LN1_B + layer * C,
+            _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, XS, prev, deeper, deeper, LN1_W + layer * C, LN1_B + layer * C,
                     eps, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB,
                     3 * C, C, L, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS,
                     True, DOT, PREC)
@@ -115,13 +115,13 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, PROFILE)
-            _mlp(pid, nprog, w, w2, RES, ACC, B_O, B_P2, layer, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C,
+            _mlp(pid, nprog, w, w2, RES, ACC, B_O, B_P2, XS, layer, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C,
                  W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C, L, B_PAD, BN_FC, BK_FC,
                  BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC)
         logits = LOGITS + t * NB * V
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
         _grid_sync(BAR, k + PHASES - 1, PROF, PROFILE)
-        _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, L - 1, 1, 1, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT,
+        _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, XS, L - 1, 1, 1, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT,
                 pos, NB, V, C, L, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, HAS_BIAS, HAS_LN_B, False, False, DOT, PREC)
         _grid_sync(BAR, k + PHASES, PROF, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, RES, ACC, pos + 1, temperature,

@@ -145,7 +145,7 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
              "PREC": "ieee" if dtype == "fp32" else "tf32"}
     fixed = {"OUT": "*i64", "T_PTR": "*i64", "POS_PTR": "*i64", "BAR": "*i32", "PROF": "*i64", "n_steps": "i32",
              "top_k": "i32", "temperature": "fp32", "eps": "fp32", "scale": "fp32", "NOISE": "*fp32",
-             "LOGITS": "*fp32", "CNT": "*i32", "RES": "*fp32", "ACC": "*fp32", "QKV": "*fp32"}
+             "LOGITS": "*fp32", "CNT": "*i32", "RES": "*fp32", "ACC": "*fp32", "QKV": "*fp32", "XS": "*fp32"}
     sig = {n: "constexpr" if n in const else fixed.get(n, f"*{dtype}") for n in k._decode_run_kernel.arg_names}
     compile_for_h200(k._decode_run_kernel, sig, const, options)
 

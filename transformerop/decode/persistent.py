@@ -142,7 +142,9 @@ class Persistent(Static):
             return torch.zeros(*shape, device=dev, dtype=torch.float32)
 
         self.tiles = tiles
-        self.buf = {"RES": scratch(L, B, C), "ACC": scratch(2, L, B, C), "QKV": scratch(B, 3 * C)}
+        # XS: each program's own copy of the stream for the phase it is in (kernels/triton_decode_phases.py)
+        self.buf = {"RES": scratch(L, B, C), "ACC": scratch(2, L, B, C), "QKV": scratch(B, 3 * C),
+                    "XS": scratch(self.programs, B, C)}
 
     def run(self, out, t, noise, temperature: float, top_k, n: int):
         """n decode steps: feed out[:, t - 1] at the cache position, sample out[:, t], advance t
