@@ -122,9 +122,9 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         assert t["O_CHUNKS"] == 1 or items <= 132  # chunks only for programs that would idle
     # counting the stream's rereads widens the 1152-wide MLP's tensor-core tiles (one a program,
     # not three); the multiply-add form (batch 1) keeps its tiles
-    rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132), plan(1152, 18, 65, 256, 8, 132, cost="bytes")
+    rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132, cost="rounds"), plan(1152, 18, 65, 256, 8, 132)
     assert (rounds["BN_FC"], by_bytes["BN_FC"]) == (16, 64)
-    assert plan(1152, 18, 65, 256, 1, 132, cost="bytes") == plan(1152, 18, 65, 256, 1, 132)
+    assert plan(1152, 18, 65, 256, 1, 132, cost="rounds") == plan(1152, 18, 65, 256, 1, 132)
 
 
 

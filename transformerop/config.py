@@ -106,8 +106,8 @@ class DecodeConfig:
     block_k: int = num(128, ge=16, power_of_two=True)
     # the one-launch path's tensor-core tiles (decode/persistent.py, batch >= 2) keep a program's
     # weight load rounds fewest (rounds) or the bytes it loads fewest, counting the batch's stream
-    # that narrow tiles reread for every tile and chunk (bytes); a sweep over them decides
-    tile_cost: TileCost = TileCost.rounds
+    # that narrow tiles reread for every tile and chunk (bytes: faster where the two differ, on the H200)
+    tile_cost: TileCost = TileCost.bytes
 
 
 @dataclass

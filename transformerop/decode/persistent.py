@@ -28,14 +28,16 @@ def _prev_pow2(n: int) -> int:
 
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
-         budget: int | None = None, cost: str = "rounds") -> dict:
+         budget: int | None = None, cost: str = "bytes") -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN and the reduction chunk BK
     (within the register budget -- fp32 values per program) with the fewest rounds of loads per
     program, each round a full trip to L2 or memory: ceil(tiles / programs) * ceil(K / BK); among
     equals the one that leaves the fewest programs idle (their bandwidth unused), then the least
-    padding of K. cost="bytes" ranks the tensor-core form's tiles by the bytes a program loads
-    instead: its weights and, for every tile and chunk again, the batch's stream (up to three
-    fp32 parts a row), which narrow tiles reread many times (decode.tile_cost). The qkv tiles
+    padding of K. cost="bytes" (the default, decode.tile_cost) ranks the tensor-core form's tiles
+    by the bytes a program loads instead: its weights and, for every tile and chunk again, the
+    batch's stream, which narrow tiles reread many times, weighted as up to three fp32 parts a row
+    (its parts before each program kept its own copy; the weighting the H200 ranked best: wider
+    MLP tiles at 1152 wide, batch 4 and 8, 1.27-1.28x the rounds ranking). The qkv tiles
     never straddle two heads (each head's attention waits on its own tiles). A phase that then
     needs one round (ONE) loads its weights before the barrier that opens it. The attention
     items (row, head, chunk of the projection's outputs) use as many chunks as there are
@@ -127,7 +129,7 @@ class Persistent(Static):
                       LNF_B=model.ln_f.bias.detach() if self.ln_bias else dummy)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
-        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "rounds"))))
+        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes"))))
         self.bar = torch.zeros(1 + L * H, device=dev, dtype=torch.int32)  # the barrier, then a counter per head
         self.stamps = None  # a list while phase_profile runs
         self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
