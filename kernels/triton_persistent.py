@@ -17,10 +17,11 @@ much as a small phase's work: two phases a layer.
   per token:         head     logits[t] = LN_f(x) wte^T
                      sample   out[t] = argmax(logits / T + gumbel[t]) (top-k first), RES[0] = embed(out[t])
 
-The phases and the stream's buffers (RES, XA, XM) are in kernels/triton_decode_phases.py; the
-tiles come from the shape (decode/persistent.py: plan). Accumulation is fp32, and the residual
-stream, q/k/v and the MLP hidden state are kept in fp32; from batch 2 the tensor-core products
-read them in the weights' dtype. The cache keeps the weights' dtype, as every other path's does.
+The phases are in kernels/triton_decode_phases.py, the stream's buffers (RES, XA, XM, and each
+program's copy XS) in kernels/triton_decode_stream.py; the tiles come from the shape
+(decode/persistent.py: plan). Accumulation is fp32, and the residual stream, q/k/v and the MLP
+hidden state are kept in fp32; from batch 2 the tensor-core products read them in the weights'
+dtype. The cache keeps the weights' dtype, as every other path's does.
 
 The grid must be co-resident (at most one program per SM, nothing else running), or the barrier
 never opens. Under TRITON_INTERPRET=1 the programs run one after another, so the grid is one

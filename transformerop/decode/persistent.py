@@ -144,7 +144,7 @@ class Persistent(Static):
             return torch.zeros(*shape, device=dev, dtype=torch.float32)
 
         self.tiles = tiles
-        # XS: each program's own copy of the stream for the phase it is in (kernels/triton_decode_phases.py)
+        # XS: each program's own copy of the stream for the phase it is in (kernels/triton_decode_stream.py)
         self.buf = {"RES": scratch(L, B, C), "ACC": scratch(2, L, B, C), "QKV": scratch(B, 3 * C),
                     "XS": scratch(self.programs, B, C)}
 
