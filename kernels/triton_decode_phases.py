@@ -114,50 +114,82 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, LN_W, LN_B,
 
 
 @triton.jit
-def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, pos, scale, NB: tl.constexpr,
-            H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
-            CHUNKS: tl.constexpr, BN_O: tl.constexpr, ONE_O: tl.constexpr):
-    """For every (row, head) the new query against cache slots 0..pos, as soon as that head's q, k
-    and v are all written (its counter reaches `target`), then that head's share of the output
-    projection, y_h W_proj[:, h]^T, added into XA. Items are (row, head, one of CHUNKS chunks of
-    the outputs, in blocks of BN_O): each chunk's program redoes the (small) attention rather
-    than wait for another's, so that idle programs share the projection's loads."""
-    C: tl.constexpr = H * D
-    chunks: tl.constexpr = CHUNKS
-    CW: tl.constexpr = (C + CHUNKS - 1) // CHUNKS
+def _wait(CNT, target):
+    """Spin until the counter reaches `target` (acquire: what its adders stored is then visible)."""
+    seen = tl.atomic_add(CNT, 0, sem="acquire", scope="gpu")
+    while seen < target:
+        seen = tl.atomic_add(CNT, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
+
+
+@triton.jit
+def _head_attention(QKV, KC, VC, b, h, pos, scale, H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr,
+                    BT: tl.constexpr, BD: tl.constexpr):
+    """Row b's new query of head h against cache slots 0..pos: an online softmax over blocks of BT
+    slots. Returns y (BD,), fp32."""
     offs_d = tl.arange(0, BD)
     d_ok = offs_d < D
     n_slots = pos + 1
-    for item in range(pid, NB * H * chunks, nprog):
-        c = item % chunks
-        bh = item // chunks
-        b = bh // H
+    q = tl.load(QKV + b * 3 * H * D + h * 3 * D + offs_d, mask=d_ok, other=0.0, cache_modifier=".cg")
+    base = (b * H + h) * W_CACHE * D
+    m = tl.max(tl.full([BD], NEG, tl.float32), 0)
+    l = m * 0.0
+    acc = tl.zeros([BD], dtype=tl.float32)
+    for t0 in range(0, n_slots, BT):
+        offs_t = t0 + tl.arange(0, BT)
+        t_ok = offs_t < n_slots
+        kv_ok = t_ok[:, None] & d_ok[None, :]
+        k = tl.load(KC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
+                    cache_modifier=".cg").to(tl.float32)
+        v = tl.load(VC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
+                    cache_modifier=".cg").to(tl.float32)
+        sc = tl.where(t_ok, tl.sum(k * q[None, :], 1) * scale, NEG)
+        m_new = tl.maximum(m, tl.max(sc, 0))
+        p = tl.where(t_ok, tl.exp(sc - m_new), 0.0)
+        alpha = tl.exp(m - m_new)
+        acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+        l = l * alpha + tl.sum(p, 0)
+        m = m_new
+    return acc / l
+
+
+@triton.jit
+def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, Y, YCNT, y_target, pos, scale, NB: tl.constexpr,
+            H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+            CHUNKS: tl.constexpr, BN_O: tl.constexpr, ONE_O: tl.constexpr, SHARED_O: tl.constexpr,
+            B_PAD: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
+    """Every (row, head)'s attention, as soon as that head's q, k and v are all written (its counter
+    CNT[h] reaches `target`), then the output projection y W_proj^T added into XA, in one of two ways:
+    - per row (not SHARED_O): items (row, head, one of CHUNKS chunks of the outputs, in blocks of
+      BN_O) each add y_(b,h) W_proj[chunk, h]^T; each chunk's program redoes the (small) attention
+      rather than wait for another's, so that idle programs share the projection's loads;
+    - shared (SHARED_O): (row, head) items write y into Y and count themselves on the head's
+      YCNT; then (head, chunk) items wait for all NB rows of their head (`y_target`) and add
+      Y[:, h] W_proj[chunk, h]^T for every row at once: each block of W_proj is read once, not once
+      a row, at the price of one more hand-over."""
+    C: tl.constexpr = H * D
+    CW: tl.constexpr = (C + CHUNKS - 1) // CHUNKS
+    offs_d = tl.arange(0, BD)
+    d_ok = offs_d < D
+    rows = tl.arange(0, B_PAD)
+    if SHARED_O:
+        for bh in range(pid, NB * H, nprog):
+            _wait(CNT + bh % H, target)
+            y = _head_attention(QKV, KC, VC, bh // H, bh % H, pos, scale, H, D, W_CACHE, BT, BD)
+            tl.store(Y + (bh // H) * C + (bh % H) * D + offs_d, y, mask=d_ok)
+            tl.debug_barrier()  # every thread of this program has issued its stores
+            tl.atomic_add(YCNT + bh % H, 1, sem="release", scope="gpu")
+    for item in range(pid, (1 if SHARED_O else NB) * H * CHUNKS, nprog):
+        c = item % CHUNKS
+        bh = item // CHUNKS  # SHARED_O: the head alone
         h = bh % H
-        seen = tl.atomic_add(CNT + h, 0, sem="acquire", scope="gpu")
-        while seen < target:
-            seen = tl.atomic_add(CNT + h, 0, sem="acquire", scope="gpu")
-        tl.debug_barrier()
-        q = tl.load(QKV + b * 3 * C + h * 3 * D + offs_d, mask=d_ok, other=0.0, cache_modifier=".cg")
-        base = bh * W_CACHE * D
-        m = tl.max(tl.full([BD], NEG, tl.float32), 0)
-        l = m * 0.0
-        acc = tl.zeros([BD], dtype=tl.float32)
-        for t0 in range(0, n_slots, BT):  # an online softmax over blocks of BT slots
-            offs_t = t0 + tl.arange(0, BT)
-            t_ok = offs_t < n_slots
-            kv_ok = t_ok[:, None] & d_ok[None, :]
-            k = tl.load(KC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
-                        cache_modifier=".cg").to(tl.float32)
-            v = tl.load(VC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
-                        cache_modifier=".cg").to(tl.float32)
-            sc = tl.where(t_ok, tl.sum(k * q[None, :], 1) * scale, NEG)
-            m_new = tl.maximum(m, tl.max(sc, 0))
-            p = tl.where(t_ok, tl.exp(sc - m_new), 0.0)
-            alpha = tl.exp(m - m_new)
-            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
-            l = l * alpha + tl.sum(p, 0)
-            m = m_new
-        y = acc / l
+        if SHARED_O:
+            _wait(YCNT + h, y_target)
+            y = tl.load(Y + rows[:, None] * C + h * D + offs_d[None, :], mask=(rows < NB)[:, None] & d_ok[None, :],
+                        other=0.0, cache_modifier=".cg")
+        else:
+            _wait(CNT + h, target)
+            y = _head_attention(QKV, KC, VC, bh // H, h, pos, scale, H, D, W_CACHE, BT, BD)[None, :]
         c_end = tl.minimum((c + 1) * CW, C)
         for n0 in range(c * CW, c_end, BN_O):
             offs_n = n0 + tl.arange(0, BN_O)
@@ -167,8 +199,17 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, pos, scale, N
             else:
                 w = tl.load(W_O + offs_n[:, None] * C + h * D + offs_d[None, :],
                             mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-            part = tl.sum(w.to(tl.float32) * y[None, :], 1)
-            tl.atomic_add(XA + b * C + offs_n, part, mask=n_ok, sem="relaxed", scope="gpu")
+            if SHARED_O:
+                if DOT:
+                    acc = tl.zeros([BN_O, B_PAD], dtype=tl.float32)
+                else:
+                    acc = tl.zeros([B_PAD, BN_O], dtype=tl.float32)
+                part = _reduced(_product(acc, w, y, DOT, PREC), DOT)
+                tl.atomic_add(XA + rows[:, None] * C + offs_n[None, :], part,
+                              mask=(rows < NB)[:, None] & n_ok[None, :], sem="relaxed", scope="gpu")
+            else:
+                part = tl.sum(w.to(tl.float32) * y, 1)
+                tl.atomic_add(XA + (bh // H) * C + offs_n, part, mask=n_ok, sem="relaxed", scope="gpu")
 
 
 @triton.jit

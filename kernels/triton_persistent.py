@@ -12,7 +12,8 @@ much as a small phase's work: two phases a layer.
   per layer:     1.  attn     qkv = LN1(x) W_attn^T (+b) in tiles over the grid, k and v written
                               into the static cache; each head's attention starts as soon as that
                               head's tiles are counted done (a counter per head, not a barrier),
-                              and adds its share of the projection into XA
+                              and adds its share of the projection into XA (per row, or, with
+                              decode.attn_proj=head, once for all rows after a second count)
                  2.  mlp      XM += GELU(LN2(x + XA) W_fc^T (+b)) W_proj2^T, a share per program
   per token:         head     logits[t] = LN_f(x) wte^T
                      sample   out[t] = argmax(logits / T + gumbel[t]) (top-k first), RES[0] = embed(out[t])
@@ -61,12 +62,12 @@ def _grid_sync(BAR, k, PROF, PROFILE: tl.constexpr):
 @triton.jit(do_not_specialize=["n_steps", "top_k"])
 def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        WTE, WPE, LN1_W, LN1_B, W_QKV, B_QKV, W_O, B_O, LN2_W, LN2_B, W_FC, B_FC, W_P2T, B_P2,
-                       LNF_W, LNF_B, KC, VC, RES, ACC, QKV, XS,
+                       LNF_W, LNF_B, KC, VC, RES, ACC, QKV, XS, Y,
                        n_steps, temperature, top_k, eps, scale,
                        NB: tl.constexpr, C: tl.constexpr, H: tl.constexpr, L: tl.constexpr, V: tl.constexpr,
                        W_CACHE: tl.constexpr, TOTAL: tl.constexpr, B_PAD: tl.constexpr, BN_QKV: tl.constexpr,
                        BK_QKV: tl.constexpr, ONE_QKV: tl.constexpr, O_CHUNKS: tl.constexpr, BN_O: tl.constexpr,
-                       ONE_O: tl.constexpr,
+                       ONE_O: tl.constexpr, SHARED_O: tl.constexpr,
                        BN_FC: tl.constexpr, BK_FC: tl.constexpr, BC_FC: tl.constexpr, ONE_FC: tl.constexpr,
                        BN_V: tl.constexpr, BK_V: tl.constexpr, ONE_V: tl.constexpr, BT: tl.constexpr,
                        BD: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
@@ -75,7 +76,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     weight tile is loaded before the barrier that opens it (_weights). W_QKV's rows are
-    head-major (head h's q, k, v together); CNT holds one counter per (layer, head), zero at launch."""
+    head-major (head h's q, k, v together); CNT holds two counters per (layer, head), zero at launch:
+    its q, k, v tiles done, then (SHARED_O) its rows' attention outputs in Y done."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
@@ -94,7 +96,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     r0, r_end = _tile_rows(pid, 3 * C, 3 * D, BN_QKV)
     o_head = (pid // O_CHUNKS) % H
     o_row = (pid % O_CHUNKS) * O_WIDTH
-    o_end = tl.where(pid < NB * H * O_CHUNKS, tl.minimum(o_row + O_WIDTH, C), 0)
+    O_ITEMS: tl.constexpr = (1 if SHARED_O else NB) * H * O_CHUNKS  # the projection's items (_attend)
+    o_end = tl.where(pid < O_ITEMS, tl.minimum(o_row + O_WIDTH, C), 0)
     for i in range(n_steps):
         t = t0 + i
         pos = pos0 + i
@@ -112,7 +115,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                     3 * C, C, L, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS,
                     True, DOT, PREC)
             _attend(pid, nprog, wo, QKV, kc, vc, CNT + layer * H, (i + 1) * TILES_PER_HEAD, W_O + layer * C * C,
-                    ACC + layer * NB * C, pos, scale, NB, H, D, W_CACHE, BT, BD, O_CHUNKS, BN_O, ONE_O)
+                    ACC + layer * NB * C, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE, BT,
+                    BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC)
             w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, PROFILE)

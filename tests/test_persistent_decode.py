@@ -71,6 +71,14 @@ tiles = {{**plan(64, 4, 20, 64, 3, 1), **loops}}
 sampled = [run(m, p, 3, 40 + 8, tiles=tiles if p == "persistent" else None, temperature=0.7, top_k=4)[0]
            for p in ("recompute", "persistent")]
 print("TILED_SAMPLED", torch.equal(*sampled))
+# the projection shared by the rows (decode.attn_proj=head): attention outputs through Y and its
+# counters, then (head, chunk) items for every row, tiled as above; tokens and logits
+head = OmegaConf.create({{"attn_proj": "head"}})
+for batch in (3, 1):
+    ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
+    tiles = {{**plan(64, 4, 20, 64, batch, 1, proj="head"), **loops}}
+    mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0, dcfg=head)
+    print(f"SHARED_{{batch}}", torch.equal(mine, ref), tiles["SHARED_O"], (mine_logits - ref_logits).abs().max().item())
 """
 
 
@@ -83,6 +91,9 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     assert lines["TILED_TOKENS_3"] == "True True"  # tensor cores
     assert lines["TILED_TOKENS_1"] == "True False"  # multiply-adds
     assert lines["TILED_SAMPLED"] == "True"
+    for batch in (3, 1):  # tokens alone are not enough: a wrong head's y kept them and moved logits by 0.16
+        tokens, shared, diff = lines[f"SHARED_{batch}"].split()
+        assert (tokens, shared) == ("True", "True") and float(diff) < 1e-5
 
 
 def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
@@ -100,8 +111,8 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
 
     from transformerop.decode.persistent import REGISTERS_PER_THREAD, plan
     shapes = ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1152, 18, 256, 8), (96, 4, 64, 2))
-    for (C, H, W, batch), cost in itertools.product(shapes, ("rounds", "bytes")):
-        t = plan(C, H, 65, W, batch, 132, cost=cost)
+    for (C, H, W, batch), cost, proj in itertools.product(shapes, ("rounds", "bytes"), ("row", "head")):
+        t = plan(C, H, 65, W, batch, 132, cost=cost, proj=proj)
         budget = REGISTERS_PER_THREAD * 32 * t["num_warps"]
         D = C // H
         for name, tiles, N, K in (("QKV", H * -(-3 * D // t["BN_QKV"]), 3 * D, C), ("FC", -(-4 * C // t["BN_FC"]), 4 * C, C),
@@ -112,11 +123,15 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
             assert t[f"BN_{name}"] <= triton.next_power_of_2(N)  # no tile wider than its group (a head's q, k, v)
             # a phase that loads its one tile ahead really has one tile per program and one chunk
             assert not t[f"ONE_{name}"] or (tiles <= 132 and t[f"BK_{name}"] >= K)
-        # attention: k and v blocks (fp32) and a projection block fit the budget; a block loaded
-        # ahead (held through the qkv phase) is a quarter of it and the only item of its program,
-        # and covers its whole chunk of outputs
-        assert 2 * t["BT"] * t["BD"] <= budget and t["BN_O"] * t["BD"] <= budget
-        items = batch * H * t["O_CHUNKS"]
+        # attention: k and v blocks (fp32) and a projection block fit the budget (half of it for a
+        # dot that holds the rows' inputs too, and 16 rows at least); a block loaded ahead (held
+        # through the qkv phase) is a quarter of it and the only item of its program, and covers its
+        # whole chunk of outputs
+        shared_dot = t["SHARED_O"] and t["DOT"]
+        assert t["SHARED_O"] == (proj == "head")
+        assert 2 * t["BT"] * t["BD"] <= budget and t["BN_O"] * t["BD"] <= budget // (2 if shared_dot else 1)
+        assert not shared_dot or t["BN_O"] >= 16
+        items = (1 if t["SHARED_O"] else batch) * H * t["O_CHUNKS"]
         assert not t["ONE_O"] or (items <= 132 and 4 * t["BN_O"] * t["BD"] <= budget
                                   and t["BN_O"] >= -(-C // t["O_CHUNKS"]))
         assert t["O_CHUNKS"] == 1 or items <= 132  # chunks only for programs that would idle
@@ -129,34 +144,36 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
 
 
 
-@pytest.mark.parametrize("C,L,H,batch,dtype,cost", [(384, 6, 6, 1, "bf16", "rounds"), (384, 6, 6, 8, "bf16", "rounds"),
-                                                     (1152, 18, 18, 4, "bf16", "rounds"),
-                                                     (1152, 18, 18, 8, "bf16", "bytes"),
-                                                     (768, 4, 12, 3, "fp32", "rounds")])
-def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost):
+@pytest.mark.parametrize("C,L,H,batch,dtype,cost,proj", [
+    (384, 6, 6, 1, "bf16", "rounds", "row"), (384, 6, 6, 8, "bf16", "rounds", "row"),
+    (1152, 18, 18, 4, "bf16", "rounds", "row"), (1152, 18, 18, 8, "bf16", "bytes", "row"),
+    (768, 4, 12, 3, "fp32", "rounds", "row"), (1152, 18, 18, 8, "bf16", "bytes", "head"),
+    (384, 6, 6, 1, "bf16", "bytes", "head")])
+def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost, proj):
     """conftest.compile_for_h200 at the plan's tiles: software-pipelining the 1152-wide dot loops
     would need twice the shared memory the H200 gives."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent import plan
-    tiles = plan(C, H, 65, 256, batch, 132, cost=cost)
+    tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj)
     options = {"num_warps": tiles.pop("num_warps"), "num_stages": tiles.pop("num_stages")}
     const = {"NB": batch, "C": C, "H": H, "L": L, "V": 65, "W_CACHE": 256, "TOTAL": 501, **tiles, "HAS_BIAS": True,
              "HAS_LN_B": True, "GREEDY": False, "TOP_K": True, "PROFILE": True,
              "PREC": "ieee" if dtype == "fp32" else "tf32"}
     fixed = {"OUT": "*i64", "T_PTR": "*i64", "POS_PTR": "*i64", "BAR": "*i32", "PROF": "*i64", "n_steps": "i32",
              "top_k": "i32", "temperature": "fp32", "eps": "fp32", "scale": "fp32", "NOISE": "*fp32",
-             "LOGITS": "*fp32", "CNT": "*i32", "RES": "*fp32", "ACC": "*fp32", "QKV": "*fp32", "XS": "*fp32"}
+             "LOGITS": "*fp32", "CNT": "*i32", "RES": "*fp32", "ACC": "*fp32", "QKV": "*fp32", "XS": "*fp32", "Y": "*fp32"}
     sig = {n: "constexpr" if n in const else fixed.get(n, f"*{dtype}") for n in k._decode_run_kernel.arg_names}
     compile_for_h200(k._decode_run_kernel, sig, const, options)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n_embd,n_layer,n_head,dtype,batch", [
-    (384, 6, 6, torch.float32, 1), (384, 6, 6, torch.bfloat16, 8), (768, 4, 12, torch.bfloat16, 4),
-    (768, 4, 12, torch.float32, 3)])
-def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype, batch):
+@pytest.mark.parametrize("n_embd,n_layer,n_head,dtype,batch,proj", [
+    (384, 6, 6, torch.float32, 1, "row"), (384, 6, 6, torch.bfloat16, 8, "row"), (768, 4, 12, torch.bfloat16, 4, "row"),
+    (768, 4, 12, torch.float32, 3, "row"), (768, 4, 12, torch.bfloat16, 8, "head"), (384, 6, 6, torch.float32, 2, "head")])
+def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype, batch, proj):
     """The real grid (one program per SM) past block_size: the one parity check (tokens in fp32,
-    logits within the precision's tolerance), and in fp32 the same sampled text as decode=static."""
+    logits within the precision's tolerance), and in fp32 the same sampled text as decode=static;
+    with the projection per row and shared by the rows (decode.attn_proj)."""
     from omegaconf import OmegaConf
 
     from transformerop.decode import Decoder
@@ -168,11 +185,13 @@ def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype,
                             "attention": {"name": "sdpa"}})
     m = build_model(cfg, 65).cuda().eval().to(dtype)
     prompt = torch.randint(65, (batch, 7), device="cuda")
-    dec = Decoder(m, "persistent", batch, 7 + 150, temperature=0)
+    dcfg = OmegaConf.create({"attn_proj": proj})
+    dec = Decoder(m, "persistent", batch, 7 + 150, temperature=0, dcfg=dcfg)
+    assert dec.runner.tiles["SHARED_O"] == (proj == "head")
     gate = parity(m, dec, prompt, 150, "float32" if dtype == torch.float32 else "bfloat16")  # raises on a miss
     assert gate["parity_tokens_agree"] == 150 or "parity_near_tie_gap" in gate
     if dtype == torch.float32:
         g = torch.Generator(device="cuda")
-        sampled = [Decoder(m, p, batch, 7 + 100, temperature=0.9, top_k=10)(prompt, g.manual_seed(5)).clone()
+        sampled = [Decoder(m, p, batch, 7 + 100, temperature=0.9, top_k=10, dcfg=dcfg)(prompt, g.manual_seed(5)).clone()
                    for p in ("static", "persistent")]
         assert (sampled[0] == sampled[1]).float().mean() > 0.95  # near-ties aside, the same text

@@ -34,6 +34,7 @@ def choices(name: str, names) -> type:
 
 Task = choices("Task", TASKS)
 TileCost = choices("TileCost", ("rounds", "bytes"))
+AttnProj = choices("AttnProj", ("row", "head"))
 Model = choices("Model", MODELS)
 Data = choices("Data", DATASETS)
 Attention = choices("Attention", BACKENDS)
@@ -108,6 +109,10 @@ class DecodeConfig:
     # weight load rounds fewest (rounds) or the bytes it loads fewest, counting the batch's stream
     # that narrow tiles reread for every tile and chunk (bytes: faster where the two differ, on the H200)
     tile_cost: TileCost = TileCost.bytes
+    # who adds the one-launch path's attention projection: each (row, head) item for its own row,
+    # or (head, chunk) items for every row at once, each block of W_proj read once instead of once
+    # a row, after one more hand-over (head); a sweep over them decides
+    attn_proj: AttnProj = AttnProj.row
 
 
 @dataclass

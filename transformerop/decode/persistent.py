@@ -28,7 +28,7 @@ def _prev_pow2(n: int) -> int:
 
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
-         budget: int | None = None, cost: str = "bytes") -> dict:
+         budget: int | None = None, cost: str = "bytes", proj: str = "row") -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN and the reduction chunk BK
     (within the register budget -- fp32 values per program) with the fewest rounds of loads per
     program, each round a full trip to L2 or memory: ceil(tiles / programs) * ceil(K / BK); among
@@ -39,10 +39,10 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     (its parts before each program kept its own copy; the weighting the H200 ranked best: wider
     MLP tiles at 1152 wide, batch 4 and 8, 1.27-1.28x the rounds ranking). The qkv tiles
     never straddle two heads (each head's attention waits on its own tiles). A phase that then
-    needs one round (ONE) loads its weights before the barrier that opens it. The attention
-    items (row, head, chunk of the projection's outputs) use as many chunks as there are
-    programs for them; a chunk small enough to hold through the qkv phase loads ahead too
-    (ONE_O)."""
+    needs one round (ONE) loads its weights before the barrier that opens it. The projection's
+    items -- (row, head, chunk of its outputs), or with proj="head" (head, chunk) for every row at
+    once (decode.attn_proj) -- use as many chunks as there are programs for them; a chunk small
+    enough to hold through the qkv phase loads ahead too (ONE_O)."""
     # eight warps a program: their doubled register budget holds twice the bytes in flight and
     # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d)
     num_warps = num_warps or 8
@@ -75,14 +75,18 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
                     best = ((*rank, idle, waste), bn, bk, rounds)
         t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[1], best[2], best[3] == 1
     t["BC_FC"] = t["BK_FC"]  # the MLP's second product, (units x outputs), has the first one's size
-    # attention: the (row, head) pairs split the projection's outputs into as many chunks as there
-    # are programs for them; a chunk that fits a quarter of the budget loads ahead (ONE_O: it is
-    # held through the qkv phase), a larger one loads after the attention, in blocks of the budget
-    chunks = max(1, min(triton.cdiv(C, 16), programs // (batch * H)))
+    # the projection: its items -- (row, head), or (head) alone for all rows at once -- split its
+    # outputs into as many chunks as there are programs for them; a chunk that fits a quarter of the
+    # budget loads ahead (ONE_O: it is held through the qkv phase), a larger one loads after the
+    # attention, in blocks of the budget (half of it for a shared dot, which holds its inputs too)
+    shared = proj == "head"
+    items = (1 if shared else batch) * H
+    chunks = max(1, min(triton.cdiv(C, 16), programs // items))
     width = triton.cdiv(C, chunks)
-    one_o = _pow2(width) * BD * 4 <= budget and batch * H * chunks <= programs
-    bn_o = _pow2(width) if one_o else max(1, min(_pow2(width), _prev_pow2(budget // BD)))
-    t["O_CHUNKS"], t["BN_O"], t["ONE_O"] = chunks, bn_o, one_o
+    one_o = _pow2(width) * BD * 4 <= budget and items * chunks <= programs
+    cap_o = budget // (2 * BD) if shared and dot else budget // BD
+    bn_o = _pow2(width) if one_o else max(16 if shared and dot else 1, min(_pow2(width), _prev_pow2(cap_o)))
+    t["O_CHUNKS"], t["BN_O"], t["ONE_O"], t["SHARED_O"] = chunks, bn_o, one_o, shared
     # the cache's slot blocks: k and v in fp32, two registers a slot and dimension
     t["BT"] = max(16, min(_pow2(W), _prev_pow2(budget // (2 * BD))))
     return t
@@ -129,8 +133,10 @@ class Persistent(Static):
                       LNF_B=model.ln_f.bias.detach() if self.ln_bias else dummy)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
-        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes"))))
-        self.bar = torch.zeros(1 + L * H, device=dev, dtype=torch.int32)  # the barrier, then a counter per head
+        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes")),
+                            proj=str(getattr(dcfg, "attn_proj", "row"))))
+        # the barrier, then two counters per (layer, head): its q/k/v tiles, its rows' outputs in Y
+        self.bar = torch.zeros(1 + 2 * L * H, device=dev, dtype=torch.int32)
         self.stamps = None  # a list while phase_profile runs
         self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
         self.dtype = dt
@@ -145,8 +151,9 @@ class Persistent(Static):
 
         self.tiles = tiles
         # XS: each program's own copy of the stream for the phase it is in (kernels/triton_decode_stream.py)
+        # Y: every row's attention output, when the projection is shared by the rows (attn_proj=head)
         self.buf = {"RES": scratch(L, B, C), "ACC": scratch(2, L, B, C), "QKV": scratch(B, 3 * C),
-                    "XS": scratch(self.programs, B, C)}
+                    "XS": scratch(self.programs, B, C), "Y": scratch(B, C)}
 
     def run(self, out, t, noise, temperature: float, top_k, n: int):
         """n decode steps: feed out[:, t - 1] at the cache position, sample out[:, t], advance t
