@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
-from .triton_decode_phases import _attend, _matvec, _mlp, _sample_embed, _tile_rows, _weights
+from .triton_decode_phases import _attend, _matvec, _mlp, _sample_embed, _tile_rows, _wait, _weights
 
 LAYER_PHASES = ("attn", "mlp")
 TOKEN_PHASES = ("head", "sample")
@@ -50,10 +50,7 @@ def _grid_sync(BAR, k, PROF, PROFILE: tl.constexpr):
     target = k * tl.num_programs(0)
     tl.debug_barrier()  # every thread of this program has issued its stores
     tl.atomic_add(BAR, 1, sem="release", scope="gpu")
-    seen = tl.atomic_add(BAR, 0, sem="acquire", scope="gpu")
-    while seen < target:
-        seen = tl.atomic_add(BAR, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
+    _wait(BAR, target)
     if PROFILE:
         if tl.program_id(0) == 0:
             tl.store(PROF + k - 1, tl.extra.cuda.globaltimer())

@@ -1,8 +1,9 @@
-"""Scratch A/B: decode=persistent tok/s and phases for a few rows, in whatever tree this runs from."""
+"""Scratch A/B: decode=persistent tok/s and phases for a few rows, in the tree on PYTHONPATH:
+    PYTHONPATH=".:$PYTHONPATH" python3 bench_persist.py LABEL PREFETCH C,L,H,B ..."""
 import sys
+
 import torch
 from omegaconf import OmegaConf
-sys.path.insert(0, ".")
 from transformerop.model import build_model
 from transformerop.decode import Decoder
 
