@@ -66,7 +66,7 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, LN_W, LN_B,
             NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, L: tl.constexpr, GROUP: tl.constexpr,
             H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
             ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr,
-            QKV: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
+            QKV: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
     """OUT[b, n] = LN(stream(b)) . W[n, :] (+ BIAS[n]) for every row b < NB, over this program's
     tiles of BN outputs (w_pre: the one tile, when ONE). QKV: W's rows are head-major (head h's
     q, k, v are rows h*3D .. (h+1)*3D, GROUP = 3D); k and v are also written at slot `pos` of the
@@ -87,7 +87,7 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, LN_W, LN_B,
         else:
             acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
         store = (tile == 0) * n_m * QKV  # program 0's first tile writes RES[j + 1] (not for layer 0)
-        for k0 in range(0, K, BK):
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):  # STAGES chunks of W in flight
             x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, store, LN_W, LN_B, eps, NB, K, L,
                               B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
@@ -139,15 +139,14 @@ def _head_attention(QKV, KC, VC, b, h, pos, scale, H: tl.constexpr, D: tl.conste
         offs_t = t0 + tl.arange(0, BT)
         t_ok = offs_t < n_slots
         kv_ok = t_ok[:, None] & d_ok[None, :]
-        k = tl.load(KC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
-                    cache_modifier=".cg").to(tl.float32)
-        v = tl.load(VC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0,
-                    cache_modifier=".cg").to(tl.float32)
-        sc = tl.where(t_ok, tl.sum(k * q[None, :], 1) * scale, NEG)
+        # held in the cache's dtype, widened as they are used: a 16-bit cache's block costs half the registers
+        k = tl.load(KC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0, cache_modifier=".cg")
+        v = tl.load(VC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0, cache_modifier=".cg")
+        sc = tl.where(t_ok, tl.sum(k.to(tl.float32) * q[None, :], 1) * scale, NEG)
         m_new = tl.maximum(m, tl.max(sc, 0))
         p = tl.where(t_ok, tl.exp(sc - m_new), 0.0)
         alpha = tl.exp(m - m_new)
-        acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
         l = l * alpha + tl.sum(p, 0)
         m = m_new
     return acc / l
@@ -216,7 +215,7 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, Y, YCNT, y_ta
 def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, XS, layer, W_FC, B_FC, W_P2T, LN_W, LN_B, eps,
          NB: tl.constexpr, C: tl.constexpr, L: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr,
-         DOT: tl.constexpr, PREC: tl.constexpr):
+         DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
     """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(x + attention)
     W_fc^T (+b)) for them, and adds their share h W_proj2[:, units]^T into XM[layer] with fp32
     atomics (the sum's order varies from run to run, so fp32 results can differ in the last bits).
@@ -233,7 +232,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, XS, layer, W_FC, B_F
             acc = tl.zeros([BN, B_PAD], dtype=tl.float32)
         else:
             acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
-        for k0 in range(0, C, BK):
+        for k0 in tl.range(0, C, BK, num_stages=STAGES):
             x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, layer, 1, 0, False, LN_W, LN_B, eps, NB, C, L,
                               B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
@@ -247,7 +246,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, XS, layer, W_FC, B_F
         if HAS_BIAS:
             h += tl.load(B_FC + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         h = 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))  # exact (erf) GELU, as F.gelu
-        for c0 in range(0, C, BC):
+        for c0 in tl.range(0, C, BC, num_stages=STAGES):
             offs_c = c0 + tl.arange(0, BC)
             c_ok = offs_c < C
             if ONE:

@@ -69,7 +69,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        BN_V: tl.constexpr, BK_V: tl.constexpr, ONE_V: tl.constexpr, BT: tl.constexpr,
                        BD: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
                        HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr,
-                       PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
+                       PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     weight tile is loaded before the barrier that opens it (_weights). W_QKV's rows are
@@ -110,7 +110,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, XS, prev, deeper, deeper, LN1_W + layer * C, LN1_B + layer * C,
                     eps, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB,
                     3 * C, C, L, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS,
-                    True, DOT, PREC)
+                    True, DOT, PREC, STAGES)
             _attend(pid, nprog, wo, QKV, kc, vc, CNT + layer * H, (i + 1) * TILES_PER_HEAD, W_O + layer * C * C,
                     ACC + layer * NB * C, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE, BT,
                     BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC)
@@ -119,12 +119,13 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, PROFILE)
             _mlp(pid, nprog, w, w2, RES, ACC, B_O, B_P2, XS, layer, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C,
                  W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C, L, B_PAD, BN_FC, BK_FC,
-                 BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC)
+                 BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC, STAGES)
         logits = LOGITS + t * NB * V
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
         _grid_sync(BAR, k + PHASES - 1, PROF, PROFILE)
         _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, XS, L - 1, 1, 1, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT,
-                pos, NB, V, C, L, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, HAS_BIAS, HAS_LN_B, False, False, DOT, PREC)
+                pos, NB, V, C, L, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, HAS_BIAS, HAS_LN_B, False, False, DOT, PREC,
+                STAGES)
         _grid_sync(BAR, k + PHASES, PROF, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, RES, ACC, pos + 1, temperature,
                       top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)

@@ -109,10 +109,12 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
 def test_plan_fits_the_register_budget_and_covers_every_output():
     import triton
 
-    from transformerop.decode.persistent import REGISTERS_PER_THREAD, plan
-    shapes = ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1152, 18, 256, 8), (96, 4, 64, 2))
-    for (C, H, W, batch), cost, proj in itertools.product(shapes, ("rounds", "bytes"), ("row", "head")):
-        t = plan(C, H, 65, W, batch, 132, cost=cost, proj=proj)
+    from transformerop.decode.persistent import REGISTERS_PER_THREAD, SHARE_BYTES, SHARED_MEMORY, plan
+    shapes = ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1152, 18, 256, 8), (96, 4, 64, 2),
+              (1152, 18, 256, 1))
+    for (C, H, W, batch), cost, proj, elem in itertools.product(shapes, ("rounds", "bytes"), ("row", "head", "auto"),
+                                                                (2, 4)):
+        t = plan(C, H, 65, W, batch, 132, cost=cost, proj=proj, elem=elem)
         budget = REGISTERS_PER_THREAD * 32 * t["num_warps"]
         D = C // H
         for name, tiles, N, K in (("QKV", H * -(-3 * D // t["BN_QKV"]), 3 * D, C), ("FC", -(-4 * C // t["BN_FC"]), 4 * C, C),
@@ -123,18 +125,34 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
             assert t[f"BN_{name}"] <= triton.next_power_of_2(N)  # no tile wider than its group (a head's q, k, v)
             # a phase that loads its one tile ahead really has one tile per program and one chunk
             assert not t[f"ONE_{name}"] or (tiles <= 132 and t[f"BK_{name}"] >= K)
-        # attention: k and v blocks (fp32) and a projection block fit the budget (half of it for a
+        # attention: k and v blocks (as loaded: 16-bit ones pack two to a register; fp32, or beside
+        # the tensor-core tiles, as if fp32) and a projection block fit the budget (half of it for a
         # dot that holds the rows' inputs too, and 16 rows at least); a block loaded ahead (held
         # through the qkv phase) is a quarter of it and the only item of its program, and covers its
         # whole chunk of outputs
         shared_dot = t["SHARED_O"] and t["DOT"]
-        assert t["SHARED_O"] == (proj == "head")
-        assert 2 * t["BT"] * t["BD"] <= budget and t["BN_O"] * t["BD"] <= budget // (2 if shared_dot else 1)
+        saved = (batch - 1) * C * C * elem  # W_proj bytes a layer that sharing reads once instead of per row
+        assert t["SHARED_O"] == (proj == "head" or (proj == "auto" and saved >= SHARE_BYTES))
+        kv_regs = elem / 2 if not t["DOT"] else 2
+        assert kv_regs * t["BT"] * t["BD"] <= budget and t["BN_O"] * t["BD"] <= budget // (2 if shared_dot else 1)
         assert not shared_dot or t["BN_O"] >= 16
         items = (1 if t["SHARED_O"] else batch) * H * t["O_CHUNKS"]
         assert not t["ONE_O"] or (items <= 132 and 4 * t["BN_O"] * t["BD"] <= budget
                                   and t["BN_O"] >= -(-C // t["O_CHUNKS"]))
         assert t["O_CHUNKS"] == 1 or items <= 132  # chunks only for programs that would idle
+        # pipelined weight chunks: two loops' worth fit the shared memory, and the MLP's loop is at
+        # least twice as long as the pipeline
+        chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
+        assert 1 <= t["STAGES"] <= 3 and 2 * t["STAGES"] * chunk <= SHARED_MEMORY
+        assert t["STAGES"] == 1 or -(-C // t["BK_FC"]) >= 2 * t["STAGES"]
+    # the rows measured on the H200: sharing the projection won at 1152 wide, batch 4 and 8, and
+    # 768 wide, batch 8; lost at 768 wide, batch 4, and 384 wide, batch 8. Pipelining won at 1152
+    # wide, batch 4 and 8 (nine chunks a tile), not at 768 wide, batch 8 (three)
+    for C, H, batch, shared, stages in ((1152, 18, 4, True, 3), (1152, 18, 8, True, 3), (768, 12, 8, True, 1),
+                                        (768, 12, 4, False, 1), (384, 6, 8, False, 1), (1152, 18, 1, False, 1)):
+        t = plan(C, H, 65, 256, batch, 132)
+        assert (t["SHARED_O"], t["STAGES"]) == (shared, stages), (C, batch)
+    assert plan(384, 6, 65, 256, 1, 132)["BT"] == 256  # batch 1, bf16: the whole window in one block
     # counting the stream's rereads widens the 1152-wide MLP's tensor-core tiles (one a program,
     # not three); the multiply-add form (batch 1) keeps its tiles
     rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132, cost="rounds"), plan(1152, 18, 65, 256, 8, 132)
@@ -148,13 +166,13 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     (384, 6, 6, 1, "bf16", "rounds", "row"), (384, 6, 6, 8, "bf16", "rounds", "row"),
     (1152, 18, 18, 4, "bf16", "rounds", "row"), (1152, 18, 18, 8, "bf16", "bytes", "row"),
     (768, 4, 12, 3, "fp32", "rounds", "row"), (1152, 18, 18, 8, "bf16", "bytes", "head"),
-    (384, 6, 6, 1, "bf16", "bytes", "head")])
+    (384, 6, 6, 1, "bf16", "bytes", "head"), (1152, 18, 18, 8, "fp32", "bytes", "auto")])
 def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost, proj):
-    """conftest.compile_for_h200 at the plan's tiles: software-pipelining the 1152-wide dot loops
-    would need twice the shared memory the H200 gives."""
+    """conftest.compile_for_h200 at the plan's tiles, its pipelined weight chunks (STAGES) in the
+    H200's shared memory: fp32 at 1152 wide holds three stages (four would not fit)."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent import plan
-    tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj)
+    tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2)
     options = {"num_warps": tiles.pop("num_warps"), "num_stages": tiles.pop("num_stages")}
     const = {"NB": batch, "C": C, "H": H, "L": L, "V": 65, "W_CACHE": 256, "TOTAL": 501, **tiles, "HAS_BIAS": True,
              "HAS_LN_B": True, "GREEDY": False, "TOP_K": True, "PROFILE": True,
@@ -169,11 +187,13 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
 @pytest.mark.gpu
 @pytest.mark.parametrize("n_embd,n_layer,n_head,dtype,batch,proj", [
     (384, 6, 6, torch.float32, 1, "row"), (384, 6, 6, torch.bfloat16, 8, "row"), (768, 4, 12, torch.bfloat16, 4, "row"),
-    (768, 4, 12, torch.float32, 3, "row"), (768, 4, 12, torch.bfloat16, 8, "head"), (384, 6, 6, torch.float32, 2, "head")])
+    (768, 4, 12, torch.float32, 3, "row"), (768, 4, 12, torch.bfloat16, 8, "head"), (384, 6, 6, torch.float32, 2, "head"),
+    (1152, 2, 18, torch.bfloat16, 4, "auto")])
 def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype, batch, proj):
     """The real grid (one program per SM) past block_size: the one parity check (tokens in fp32,
     logits within the precision's tolerance), and in fp32 the same sampled text as decode=static;
-    with the projection per row and shared by the rows (decode.attn_proj)."""
+    with the projection per row and shared by the rows (decode.attn_proj), and at 1152 wide the
+    weight chunks pipelined (STAGES) as the plan chooses there."""
     from omegaconf import OmegaConf
 
     from transformerop.decode import Decoder
@@ -187,7 +207,8 @@ def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype,
     prompt = torch.randint(65, (batch, 7), device="cuda")
     dcfg = OmegaConf.create({"attn_proj": proj})
     dec = Decoder(m, "persistent", batch, 7 + 150, temperature=0, dcfg=dcfg)
-    assert dec.runner.tiles["SHARED_O"] == (proj == "head")
+    assert proj == "auto" or dec.runner.tiles["SHARED_O"] == (proj == "head")
+    assert dec.runner.tiles["STAGES"] == (3 if n_embd == 1152 else 1)
     gate = parity(m, dec, prompt, 150, "float32" if dtype == torch.float32 else "bfloat16")  # raises on a miss
     assert gate["parity_tokens_agree"] == 150 or "parity_near_tie_gap" in gate
     if dtype == torch.float32:

@@ -34,7 +34,7 @@ def choices(name: str, names) -> type:
 
 Task = choices("Task", TASKS)
 TileCost = choices("TileCost", ("rounds", "bytes"))
-AttnProj = choices("AttnProj", ("row", "head"))
+AttnProj = choices("AttnProj", ("auto", "row", "head"))
 Model = choices("Model", MODELS)
 Data = choices("Data", DATASETS)
 Attention = choices("Attention", BACKENDS)
@@ -111,8 +111,13 @@ class DecodeConfig:
     tile_cost: TileCost = TileCost.bytes
     # who adds the one-launch path's attention projection: each (row, head) item for its own row,
     # or (head, chunk) items for every row at once, each block of W_proj read once instead of once
-    # a row, after one more hand-over (head); a sweep over them decides
-    attn_proj: AttnProj = AttnProj.row
+    # a row, after one more hand-over (head); auto: head where the bytes it saves outweigh that
+    # hand-over (decode/persistent.py: plan)
+    attn_proj: AttnProj = AttnProj.auto
+    # the one-launch path's weight-chunk loops keep up to this many chunks in flight (copied into
+    # shared memory ahead of their use): a program streaming a large layer waits on one load at a
+    # time otherwise; the plan uses 1 (no software pipelining) where its loops are too short
+    stages: int = num(3, ge=1, le=4)
 
 
 @dataclass

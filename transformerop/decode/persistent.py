@@ -16,6 +16,11 @@ from .base import check_triton_step, model_device
 from .static import Static
 
 REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)
+# attn_proj=auto shares the projection across the rows when that saves at least this many bytes of
+# W_proj reads a layer: about what one more hand-over costs in streaming time (on the H200 sharing
+# won at 8 MB saved a layer and more, and lost at 3.5 MB and less)
+SHARE_BYTES = 6 << 20
+SHARED_MEMORY = 192 << 10  # bytes of a program's shared memory the pipelined weight chunks may fill
 MAX_VOCAB = 4096  # the sample phase holds a whole row of logits in one program
 
 
@@ -28,7 +33,8 @@ def _prev_pow2(n: int) -> int:
 
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
-         budget: int | None = None, cost: str = "bytes", proj: str = "row") -> dict:
+         budget: int | None = None, cost: str = "bytes", proj: str = "auto", stages: int = 3,
+         elem: int = 2) -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN and the reduction chunk BK
     (within the register budget -- fp32 values per program) with the fewest rounds of loads per
     program, each round a full trip to L2 or memory: ceil(tiles / programs) * ceil(K / BK); among
@@ -41,8 +47,11 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     never straddle two heads (each head's attention waits on its own tiles). A phase that then
     needs one round (ONE) loads its weights before the barrier that opens it. The projection's
     items -- (row, head, chunk of its outputs), or with proj="head" (head, chunk) for every row at
-    once (decode.attn_proj) -- use as many chunks as there are programs for them; a chunk small
-    enough to hold through the qkv phase loads ahead too (ONE_O)."""
+    once (decode.attn_proj; "auto": shared where that saves SHARE_BYTES of W_proj reads a layer)
+    -- use as many chunks as there are programs for them; a chunk small enough to hold through the
+    qkv phase loads ahead too (ONE_O). STAGES: the weight-chunk loops' software-pipelining depth
+    (decode.stages), as deep as SHARED_MEMORY holds that many of the largest chunk. elem: bytes
+    of a weight."""
     # eight warps a program: their doubled register budget holds twice the bytes in flight and
     # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d)
     num_warps = num_warps or 8
@@ -79,7 +88,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # outputs into as many chunks as there are programs for them; a chunk that fits a quarter of the
     # budget loads ahead (ONE_O: it is held through the qkv phase), a larger one loads after the
     # attention, in blocks of the budget (half of it for a shared dot, which holds its inputs too)
-    shared = proj == "head"
+    shared = proj == "head" or (proj == "auto" and (batch - 1) * C * C * elem >= SHARE_BYTES)
     items = (1 if shared else batch) * H
     chunks = max(1, min(triton.cdiv(C, 16), programs // items))
     width = triton.cdiv(C, chunks)
@@ -87,8 +96,18 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     cap_o = budget // (2 * BD) if shared and dot else budget // BD
     bn_o = _pow2(width) if one_o else max(16 if shared and dot else 1, min(_pow2(width), _prev_pow2(cap_o)))
     t["O_CHUNKS"], t["BN_O"], t["ONE_O"], t["SHARED_O"] = chunks, bn_o, one_o, shared
-    # the cache's slot blocks: k and v in fp32, two registers a slot and dimension
-    t["BT"] = max(16, min(_pow2(W), _prev_pow2(budget // (2 * BD))))
+    # the cache's slot blocks: k and v held as loaded, two registers a slot and dimension in fp32,
+    # one in a 16-bit dtype -- at batch 1; beside the tensor-core tiles half that (1152 wide at
+    # batch 8 spilled); a block of the whole window is one trip to memory fewer for the head
+    regs = 1 if elem == 2 and not dot else 2
+    t["BT"] = max(16, min(_pow2(W), _prev_pow2(budget // (regs * BD))))
+    # software pipelining: STAGES chunks of the weights in flight, as many as SHARED_MEMORY holds
+    # (the MLP's two loops hold theirs at once); only where the MLP's reduction has at least twice
+    # as many chunks, or filling the pipeline costs more than it hides (on the H200: 9 chunks a
+    # tile, 1152 wide at batch 4 and 8, 1.11-1.12x; 3 chunks, 768 wide at batch 8, 0.98x)
+    chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
+    stages = min(stages, SHARED_MEMORY // (2 * chunk))
+    t["STAGES"] = stages if triton.cdiv(C, t["BK_FC"]) >= 2 * stages else 1
     return t
 
 
@@ -134,7 +153,8 @@ class Persistent(Static):
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
         self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes")),
-                            proj=str(getattr(dcfg, "attn_proj", "row"))))
+                            proj=str(getattr(dcfg, "attn_proj", "auto")), stages=int(getattr(dcfg, "stages", 3)),
+                            elem=dt.itemsize))
         # the barrier, then two counters per (layer, head): its q/k/v tiles, its rows' outputs in Y
         self.bar = torch.zeros(1 + 2 * L * H, device=dev, dtype=torch.int32)
         self.stamps = None  # a list while phase_profile runs
