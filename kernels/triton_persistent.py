@@ -56,6 +56,14 @@ def _grid_sync(BAR, k, PROF, PROFILE: tl.constexpr):
             tl.store(PROF + k - 1, tl.extra.cuda.globaltimer())
 
 
+@triton.jit(do_not_specialize=["n"])
+def _barrier_run_kernel(BAR, PROF, n):
+    """n grid barriers and nothing between them: what one costs on its own, beside the phases it
+    separates (program 0's globaltimer stamps in PROF, as in a profiled run)."""
+    for k in range(1, n + 1):
+        _grid_sync(BAR, k, PROF, True)
+
+
 @triton.jit(do_not_specialize=["n_steps", "top_k"])
 def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        WTE, WPE, LN1_W, LN1_B, W_QKV, B_QKV, W_O, B_O, LN2_W, LN2_B, W_FC, B_FC, W_P2T, B_P2,

@@ -184,6 +184,12 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     compile_for_h200(k._decode_run_kernel, sig, const, options)
 
 
+def test_the_empty_barrier_kernel_compiles_for_the_h200():
+    """The kernel that prices one grid barrier on its own (phase_profile's barrier_us)."""
+    from kernels import triton_persistent as k
+    compile_for_h200(k._barrier_run_kernel, {"BAR": "*i32", "PROF": "*i64", "n": "i32"}, {}, {"num_warps": 8})
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("n_embd,n_layer,n_head,dtype,batch,proj", [
     (384, 6, 6, torch.float32, 1, "row"), (384, 6, 6, torch.bfloat16, 8, "row"), (768, 4, 12, torch.bfloat16, 4, "row"),

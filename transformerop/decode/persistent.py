@@ -22,6 +22,7 @@ REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's produc
 SHARE_BYTES = 6 << 20
 SHARED_MEMORY = 192 << 10  # bytes of a program's shared memory the pipelined weight chunks may fill
 MAX_VOCAB = 4096  # the sample phase holds a whole row of logits in one program
+BARRIERS_TIMED = 1000  # empty grid barriers run back to back to price one
 
 
 def _pow2(n: int) -> int:
@@ -206,7 +207,9 @@ class Persistent(Static):
         as it leaves each): µs per decode step (one token for each row of the batch) in each kind
         of phase, its share of the step, and the phases per step. A phase's time runs from the
         barrier that opens it to the next, so it includes that barrier's wait, and the next
-        phase's weights, loaded before that barrier, whose release add waits for them."""
+        phase's weights, loaded before that barrier, whose release add waits for them. Beside them,
+        barrier_us: the median time of an empty barrier on the same grid, the part of each phase
+        that no work inside the phases can remove."""
         k, L = self.kern, self.shape["L"]
         names = [*k.LAYER_PHASES * L, *k.TOKEN_PHASES]
         self.stamps = []
@@ -221,7 +224,11 @@ class Persistent(Static):
         for j, name in enumerate(names):
             per_kind[name] = per_kind.get(name, 0.0) + d[:, j].mean().item() / 1e3
         total = sum(per_kind.values())
-        return {**{f"phase_us_{n}": v for n, v in per_kind.items()},
+        empty = torch.zeros(BARRIERS_TIMED, device=self.bar.device, dtype=torch.int64)
+        self.bar.zero_()
+        k._barrier_run_kernel[(self.programs,)](self.bar, empty, BARRIERS_TIMED)
+        barrier_us = torch.diff(empty.double()).median().item() / 1e3
+        return {**{f"phase_us_{n}": v for n, v in per_kind.items()}, "barrier_us": barrier_us,
                 **{f"phase_share_{n}": v / total for n, v in per_kind.items()},
                 "phases_per_token": len(names), "phase_us_per_token": total, "phase_steps": d.size(0)}
 

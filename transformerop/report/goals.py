@@ -73,9 +73,10 @@ def _bound(r, metric: str) -> str:
     if _num(m.get("phase_us_per_token")):  # one launch: its barriers' time stamps say where the token goes
         kinds = sorted(((k[len("phase_us_"):], v) for k, v in m.items() if k.startswith("phase_us_")
                         and k != "phase_us_per_token" and _num(v)), key=lambda kv: -kv[1])
+        empty = f"; an empty grid barrier {m['barrier_us']:.2f} us" if _num(m.get("barrier_us")) else ""
         return (f"in-kernel phases: {m['phase_us_per_token']:.1f} us per decode step over {m['phases_per_token']:.0f} "
                 f"grid barriers ({m['phase_us_per_token'] / m['phases_per_token']:.2f} us each): "
-                + ", ".join(f"{n} {v:.1f} us" for n, v in kinds) + _weights_rate(r, m["phase_us_per_token"]))
+                + ", ".join(f"{n} {v:.1f} us" for n, v in kinds) + _weights_rate(r, m["phase_us_per_token"]) + empty)
     if _num(m.get("gpu_busy")):
         return (f"profile: kernels busy {m['gpu_busy']:.0%} of the wall time: {m['kernels_per_token']:.0f} "
                 f"kernels, {m['kernel_us_per_token']:.0f} us of kernel time per token")
