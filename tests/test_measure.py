@@ -239,11 +239,11 @@ def test_calibrate_then_predict_uses_measured_ceilings(tmp_path, cal_dir, one_th
 
 def test_profile_cpu_phases_trace_and_top_ops(tmp_path, cal_dir, one_thread):
     res, _ = run_in_process(tmp_path / "prof", "task=profile", "device=cpu", "model.n_layer=1",
-                            "train.batch_size=16", "bench.rep_ms=100", "bench.warmup_ms=10")
+                            "train.batch_size=16", "bench.rep_ms=300", "bench.warmup_ms=10")
     assert res["status"] == "ok", res["error"]
     m = res["metrics"]
-    for phase in ("forward", "backward", "optimizer", "step"):
-        assert m[f"{phase}_ms"] is not None and m[f"{phase}_synced_ms"] > 0
+    for phase in ("forward", "backward", "optimizer", "step"):  # differences of medians: long enough runs
+        assert m[f"{phase}_ms"] is not None and m[f"{phase}_synced_ms"] > 0, (phase, m)
     assert m["sync_over_one"] > 0 and "train_step" in res["timings"]
     assert (tmp_path / "prof" / "trace.json").stat().st_size > 1000
     ops = res["tables"]["top_ops"]
