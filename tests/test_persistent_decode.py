@@ -143,7 +143,7 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         # pipelined weight chunks: two loops' worth fit the shared memory, and the MLP's loop is at
         # least twice as long as the pipeline
         chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
-        assert 1 <= t["STAGES"] <= 3 and 2 * t["STAGES"] * chunk <= SHARED_MEMORY
+        assert 1 <= t["STAGES"] <= 3 and 2 * t["STAGES"] * chunk <= SHARED_MEMORY and (elem == 2 or t["STAGES"] == 1)
         assert t["STAGES"] == 1 or -(-C // t["BK_FC"]) >= 2 * t["STAGES"]
     # the rows measured on the H200: sharing the projection won at 1152 wide, batch 4 and 8, and
     # 768 wide, batch 8; lost at 768 wide, batch 4, and 384 wide, batch 8. Pipelining won at 1152
@@ -169,10 +169,13 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     (384, 6, 6, 1, "bf16", "bytes", "head"), (1152, 18, 18, 8, "fp32", "bytes", "auto")])
 def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost, proj):
     """conftest.compile_for_h200 at the plan's tiles, its pipelined weight chunks (STAGES) in the
-    H200's shared memory: fp32 at 1152 wide holds three stages (four would not fit)."""
+    H200's shared memory; fp32 at 1152 wide pipelined three deep as the GPU test forces it (the
+    plan does not pipeline fp32), the most shared memory the loops can ask for."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent import plan
     tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2)
+    if dtype == "fp32" and proj == "auto":
+        tiles["STAGES"] = 3
     options = {"num_warps": tiles.pop("num_warps"), "num_stages": tiles.pop("num_stages")}
     const = {"NB": batch, "C": C, "H": H, "L": L, "V": 65, "W_CACHE": 256, "TOTAL": 501, **tiles, "HAS_BIAS": True,
              "HAS_LN_B": True, "GREEDY": False, "TOP_K": True, "PROFILE": True,
@@ -199,7 +202,8 @@ def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype,
     """The real grid (one program per SM) past block_size: the one parity check (tokens in fp32,
     logits within the precision's tolerance), and in fp32 the same sampled text as decode=static;
     with the projection per row and shared by the rows (decode.attn_proj), and at 1152 wide the
-    weight chunks pipelined (STAGES) as the plan chooses there."""
+    weight chunks pipelined three deep (STAGES, the plan's choice there in bf16) in fp32, where
+    the contract is the same tokens."""
     from omegaconf import OmegaConf
 
     from transformerop.decode import Decoder
@@ -214,7 +218,8 @@ def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype,
     dcfg = OmegaConf.create({"attn_proj": proj})
     dec = Decoder(m, "persistent", batch, 7 + 150, temperature=0, dcfg=dcfg)
     assert proj == "auto" or dec.runner.tiles["SHARED_O"] == (proj == "head")
-    assert dec.runner.tiles["STAGES"] == (3 if n_embd == 1152 else 1)
+    if n_embd == 1152:
+        dec.runner.set_tiles({**dec.runner.tiles, "STAGES": 3})
     gate = parity(m, dec, prompt, 150, "float32" if dtype == torch.float32 else "bfloat16")  # raises on a miss
     assert gate["parity_tokens_agree"] == 150 or "parity_near_tie_gap" in gate
     if dtype == torch.float32:

@@ -104,10 +104,12 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     t["BT"] = max(16, min(_pow2(W), _prev_pow2(budget // (regs * BD))))
     # software pipelining: STAGES chunks of the weights in flight, as many as SHARED_MEMORY holds
     # (the MLP's two loops hold theirs at once); only where the MLP's reduction has at least twice
-    # as many chunks, or filling the pipeline costs more than it hides (on the H200: 9 chunks a
-    # tile, 1152 wide at batch 4 and 8, 1.11-1.12x; 3 chunks, 768 wide at batch 8, 0.98x)
+    # as many chunks, or filling the pipeline costs more than it hides (on the H200, bf16: 9 chunks
+    # a tile, 1152 wide at batch 4 and 8, 1.11-1.12x; 3 chunks, 768 wide at batch 8, 0.98x); not
+    # for fp32 weights, whose pipelined tiles spill kilobytes of registers (sm_90 compile, 1152-4096
+    # wide: 4-7 KB against 88 bytes unpipelined)
     chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
-    stages = min(stages, SHARED_MEMORY // (2 * chunk))
+    stages = min(stages, SHARED_MEMORY // (2 * chunk)) if elem == 2 else 1
     t["STAGES"] = stages if triton.cdiv(C, t["BK_FC"]) >= 2 * stages else 1
     return t
 
