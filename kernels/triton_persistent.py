@@ -42,26 +42,38 @@ PHASES_PER_TOKEN_EXTRA = tl.constexpr(len(TOKEN_PHASES))
 
 
 @triton.jit
-def _grid_sync(BAR, k, PROF, PROFILE: tl.constexpr):
+def _grid_sync(BAR, k, PROF, WORK, since, PHASES: tl.constexpr, PROFILE: tl.constexpr):
     """Barrier number k (from 1): wait until every program has arrived k times. The release add
     publishes this program's stores, the acquire reads make the others' visible. (Polling with
     acquire loads instead of atomics measured no faster.) With PROFILE, program 0 stamps the
-    GPU's globaltimer as it leaves: PROF[k - 1]."""
+    GPU's globaltimer as it leaves: PROF[k - 1]; and every program adds the time from `since`
+    (when it left barrier k - 1) to its arrival -- its own work in the phase this barrier closes,
+    phase k - 2 of a step of PHASES -- into WORK[program, (k - 2) % PHASES]. Returns the time it
+    leaves (with PROFILE; else `since`)."""
     target = k * tl.num_programs(0)
     tl.debug_barrier()  # every thread of this program has issued its stores
+    if PROFILE:
+        if k > 1:
+            tl.atomic_add(WORK + tl.program_id(0) * PHASES + (k - 2) % PHASES, tl.extra.cuda.globaltimer() - since,
+                          sem="relaxed")
     tl.atomic_add(BAR, 1, sem="release", scope="gpu")
     _wait(BAR, target)
+    left = since
     if PROFILE:
+        left = tl.extra.cuda.globaltimer()
         if tl.program_id(0) == 0:
-            tl.store(PROF + k - 1, tl.extra.cuda.globaltimer())
+            tl.store(PROF + k - 1, left)
+    return left
 
 
 @triton.jit(do_not_specialize=["n"])
 def _barrier_run_kernel(BAR, PROF, n):
     """n grid barriers and nothing between them: what one costs on its own, beside the phases it
-    separates (program 0's globaltimer stamps in PROF, as in a profiled run)."""
+    separates (program 0's globaltimer stamps in PROF[:n], as in a profiled run; each program's
+    time between barriers in PROF[n + program])."""
+    since = tl.extra.cuda.globaltimer()
     for k in range(1, n + 1):
-        _grid_sync(BAR, k, PROF, True)
+        since = _grid_sync(BAR, k, PROF, PROF + n, since, 1, True)
 
 
 @triton.jit(do_not_specialize=["n_steps", "top_k"])
@@ -91,6 +103,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     O_WIDTH: tl.constexpr = (C + O_CHUNKS - 1) // O_CHUNKS
     t0 = tl.load(T_PTR)
     pos0 = tl.load(POS_PTR)
+    WORK = PROF + n_steps * PHASES + 1  # PROFILE: each program's time in each phase, after the stamps
+    since = pos0 * 0  # PROFILE: when this program left the last barrier (globaltimer, ns)
     offs_c = tl.arange(0, CP)
     for b in range(pid, NB, nprog):  # the first input: the token the host (prefill) sampled last
         token = tl.load(OUT + b * TOTAL + t0 - 1)
@@ -114,7 +128,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             vc = VC + layer * NB * H * W_CACHE * D
             w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV)
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
-            _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, PROFILE)
+            since = _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, WORK, since, PHASES, PROFILE)
             _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, XS, prev, deeper, deeper, LN1_W + layer * C, LN1_B + layer * C,
                     eps, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB,
                     3 * C, C, L, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS,
@@ -124,20 +138,20 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                     BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC)
             w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
-            _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, PROFILE)
+            since = _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, WORK, since, PHASES, PROFILE)
             _mlp(pid, nprog, w, w2, RES, ACC, B_O, B_P2, XS, layer, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C,
                  W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C, L, B_PAD, BN_FC, BK_FC,
                  BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC, STAGES)
         logits = LOGITS + t * NB * V
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
-        _grid_sync(BAR, k + PHASES - 1, PROF, PROFILE)
+        since = _grid_sync(BAR, k + PHASES - 1, PROF, WORK, since, PHASES, PROFILE)
         _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, XS, L - 1, 1, 1, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT,
                 pos, NB, V, C, L, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, HAS_BIAS, HAS_LN_B, False, False, DOT, PREC,
                 STAGES)
-        _grid_sync(BAR, k + PHASES, PROF, PROFILE)
+        since = _grid_sync(BAR, k + PHASES, PROF, WORK, since, PHASES, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, RES, ACC, pos + 1, temperature,
                       top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)
-    _grid_sync(BAR, n_steps * PHASES + 1, PROF, PROFILE)  # closes the last phase's time stamp
+    _grid_sync(BAR, n_steps * PHASES + 1, PROF, WORK, since, PHASES, PROFILE)  # closes the last phase's stamps
     if pid == 0:
         tl.store(T_PTR, t0 + n_steps)
         tl.store(POS_PTR, pos0 + n_steps)

@@ -187,6 +187,25 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     compile_for_h200(k._decode_run_kernel, sig, const, options)
 
 
+def test_phase_times_from_the_profiled_buffers():
+    """Two layers, two programs, two launches (2 steps, then 1): the stamps' differences by kind,
+    and per phase the busiest program's mean time, worked out by hand."""
+    from transformerop.decode.persistent import phase_times
+    names = ["attn", "mlp", "attn", "mlp", "head", "sample"]
+
+    def buf(steps, work):  # µs -> the kernel's int64 ns: stamps at each barrier, then (program, phase) sums
+        stamps = torch.tensor([0, *itertools.accumulate(x for step in steps for x in step)])
+        return torch.cat([stamps, torch.tensor(work).flatten()]) * 1000
+
+    bufs = [buf([[10, 5, 12, 6, 2, 1], [20, 5, 12, 6, 2, 1]], [[16, 8, 18, 10, 2, 2], [18, 6, 20, 8, 2, 1]]),
+            buf([[10, 5, 12, 6, 2, 4]], [[8, 4, 9, 5, 1, 1], [9, 3, 10, 4, 1, 3]])]
+    per_kind, work, steps = phase_times(bufs, names, 2)
+    assert steps == 3
+    assert per_kind == pytest.approx({"attn": 40 / 3 + 12, "mlp": 11, "head": 2, "sample": 2})
+    # programs' means over 3 steps: [8, 4, 9, 5, 1, 1] and [9, 3, 10, 4, 1, 4/3]; the busier of each phase
+    assert work == pytest.approx({"attn": 9 + 10, "mlp": 4 + 5, "head": 1, "sample": 4 / 3})
+
+
 def test_the_empty_barrier_kernel_compiles_for_the_h200():
     """The kernel that prices one grid barrier on its own (phase_profile's barrier_us)."""
     from kernels import triton_persistent as k

@@ -114,6 +114,22 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     return t
 
 
+def phase_times(bufs, names, programs: int) -> tuple[dict, dict, int]:
+    """From profiled launches' buffers (the kernel's PROF: the barriers' globaltimer stamps, then
+    each program's ns in each phase of a step, summed over the launch's steps): µs per step in each
+    kind of phase; per kind the busiest program's own µs, phase by phase, summed the same way; the
+    steps seen."""
+    P = len(names)
+    split = [b.double().split([b.numel() - programs * P, programs * P]) for b in bufs]
+    d = torch.cat([torch.diff(t).view(-1, P) for t, _ in split])  # (steps, phases) ns
+    busiest = (sum(w for _, w in split).view(programs, P) / d.size(0)).max(0).values  # (phases,) ns a step
+    per_kind, work = {}, {}
+    for j, name in enumerate(names):
+        per_kind[name] = per_kind.get(name, 0.0) + d[:, j].mean().item() / 1e3
+        work[name] = work.get(name, 0.0) + busiest[j].item() / 1e3
+    return per_kind, work, d.size(0)
+
+
 class Persistent(Static):
     runs = True  # the loop hands it every step up to the window's end: one launch
 
@@ -182,13 +198,13 @@ class Persistent(Static):
         """n decode steps: feed out[:, t - 1] at the cache position, sample out[:, t], advance t
         and the position, n times, in one launch. Returns the (total, B, V) logits by output
         column (a buffer the next run overwrites). Under phase_profile each launch also keeps its
-        barriers' globaltimer stamps (ns)."""
+        barriers' globaltimer stamps (ns) and, after them, each program's time in each phase."""
         total = out.size(1)
         if self.logits is None or self.logits.size(0) != total:
             self.logits = torch.zeros(total, self.batch_size, self.shape["V"], device=out.device)
         phases = self.phases_per_token(self.shape["L"])
         profile = self.stamps is not None
-        prof = torch.zeros(1 + n * phases if profile else 1, device=out.device, dtype=torch.int64)
+        prof = torch.zeros(1 + (n + self.programs) * phases if profile else 1, device=out.device, dtype=torch.int64)
         greedy = temperature == 0
         self.bar.zero_()
         self.kern._decode_run_kernel[(self.programs,)](
@@ -209,9 +225,11 @@ class Persistent(Static):
         as it leaves each): µs per decode step (one token for each row of the batch) in each kind
         of phase, its share of the step, and the phases per step. A phase's time runs from the
         barrier that opens it to the next, so it includes that barrier's wait, and the next
-        phase's weights, loaded before that barrier, whose release add waits for them. Beside them,
-        barrier_us: the median time of an empty barrier on the same grid, the part of each phase
-        that no work inside the phases can remove."""
+        phase's weights, loaded before that barrier, whose release add waits for them. Beside each
+        kind, phase_work_us_<kind>: per phase the time its busiest program spent between leaving
+        one barrier and arriving at the next (its mean over the steps), summed like the phases; the
+        rest of the phase is waiting at the barrier. And barrier_us: the median time of an empty
+        barrier on the same grid, what no work inside the phases can remove."""
         k, L = self.kern, self.shape["L"]
         names = [*k.LAYER_PHASES * L, *k.TOKEN_PHASES]
         self.stamps = []
@@ -221,18 +239,16 @@ class Persistent(Static):
             stamps, self.stamps = self.stamps, None
         if not stamps:  # a generation of one token: the prefill sampled it, no launch ran
             return {}
-        d = torch.cat([torch.diff(s.double()).view(-1, len(names)) for s in stamps])  # (steps, phases) ns
-        per_kind = {}
-        for j, name in enumerate(names):
-            per_kind[name] = per_kind.get(name, 0.0) + d[:, j].mean().item() / 1e3
+        per_kind, work, steps = phase_times(stamps, names, self.programs)
         total = sum(per_kind.values())
-        empty = torch.zeros(BARRIERS_TIMED, device=self.bar.device, dtype=torch.int64)
+        empty = torch.zeros(BARRIERS_TIMED + self.programs, device=self.bar.device, dtype=torch.int64)
         self.bar.zero_()
         k._barrier_run_kernel[(self.programs,)](self.bar, empty, BARRIERS_TIMED)
-        barrier_us = torch.diff(empty.double()).median().item() / 1e3
+        barrier_us = torch.diff(empty[:BARRIERS_TIMED].double()).median().item() / 1e3
         return {**{f"phase_us_{n}": v for n, v in per_kind.items()}, "barrier_us": barrier_us,
+                **{f"phase_work_us_{n}": v for n, v in work.items()},
                 **{f"phase_share_{n}": v / total for n, v in per_kind.items()},
-                "phases_per_token": len(names), "phase_us_per_token": total, "phase_steps": d.size(0)}
+                "phases_per_token": len(names), "phase_us_per_token": total, "phase_steps": steps}
 
     @staticmethod
     def phases_per_token(n_layer: int) -> int:

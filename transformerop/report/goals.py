@@ -58,6 +58,12 @@ def _weights_rate(r, us_per_step: float) -> str:
     return f"; weights read at {params * size / us_per_step / 1e3:,.0f} GB/s"
 
 
+def _busiest(m: dict, kind: str) -> str:
+    """A one-launch phase kind's busiest program's own time in it (the rest: waiting at barriers)."""
+    v = m.get(f"phase_work_us_{kind}")
+    return f" (busiest program {v:.1f})" if _num(v) else ""
+
+
 def _bound(r, metric: str) -> str:
     """What the best row's own measurements say bounds it. Start-up: its phases. Otherwise the
     kernel profile's GPU time against the wall time (decode: per token; bench, train: per call or
@@ -76,7 +82,8 @@ def _bound(r, metric: str) -> str:
         empty = f"; an empty grid barrier {m['barrier_us']:.2f} us" if _num(m.get("barrier_us")) else ""
         return (f"in-kernel phases: {m['phase_us_per_token']:.1f} us per decode step over {m['phases_per_token']:.0f} "
                 f"grid barriers ({m['phase_us_per_token'] / m['phases_per_token']:.2f} us each): "
-                + ", ".join(f"{n} {v:.1f} us" for n, v in kinds) + _weights_rate(r, m["phase_us_per_token"]) + empty)
+                + ", ".join(f"{n} {v:.1f} us" + _busiest(m, n) for n, v in kinds)
+                + _weights_rate(r, m["phase_us_per_token"]) + empty)
     if _num(m.get("gpu_busy")):
         return (f"profile: kernels busy {m['gpu_busy']:.0%} of the wall time: {m['kernels_per_token']:.0f} "
                 f"kernels, {m['kernel_us_per_token']:.0f} us of kernel time per token")
