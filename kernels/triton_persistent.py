@@ -48,15 +48,17 @@ def _grid_sync(BAR, k, PROF, WORK, since, PHASES: tl.constexpr, PROFILE: tl.cons
     acquire loads instead of atomics measured no faster.) With PROFILE, program 0 stamps the
     GPU's globaltimer as it leaves: PROF[k - 1]; and every program adds the time from `since`
     (when it left barrier k - 1) to its arrival -- its own work in the phase this barrier closes,
-    phase k - 2 of a step of PHASES -- into WORK[program, (k - 2) % PHASES]. Returns the time it
-    leaves (with PROFILE; else `since`)."""
+    phase k - 2 of a step of PHASES, the loads it issued ahead for the next phase included (the
+    release waits for them) -- into WORK[program, (k - 2) % PHASES], after its arrival, so that
+    the release does not wait for that add too. Returns the time it leaves (with PROFILE; else
+    `since`)."""
     target = k * tl.num_programs(0)
     tl.debug_barrier()  # every thread of this program has issued its stores
+    tl.atomic_add(BAR, 1, sem="release", scope="gpu")
     if PROFILE:
         if k > 1:
             tl.atomic_add(WORK + tl.program_id(0) * PHASES + (k - 2) % PHASES, tl.extra.cuda.globaltimer() - since,
                           sem="relaxed")
-    tl.atomic_add(BAR, 1, sem="release", scope="gpu")
     _wait(BAR, target)
     left = since
     if PROFILE:

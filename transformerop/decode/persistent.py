@@ -109,7 +109,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # for fp32 weights, whose pipelined tiles spill kilobytes of registers (sm_90 compile, 1152-4096
     # wide: 4-7 KB against 88 bytes unpipelined)
     chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
-    stages = min(stages, SHARED_MEMORY // (2 * chunk)) if elem == 2 else 1
+    stages = max(1, min(stages, SHARED_MEMORY // (2 * chunk))) if elem == 2 else 1
     t["STAGES"] = stages if triton.cdiv(C, t["BK_FC"]) >= 2 * stages else 1
     return t
 
@@ -226,10 +226,10 @@ class Persistent(Static):
         of phase, its share of the step, and the phases per step. A phase's time runs from the
         barrier that opens it to the next, so it includes that barrier's wait, and the next
         phase's weights, loaded before that barrier, whose release add waits for them. Beside each
-        kind, phase_work_us_<kind>: per phase the time its busiest program spent between leaving
-        one barrier and arriving at the next (its mean over the steps), summed like the phases; the
-        rest of the phase is waiting at the barrier. And barrier_us: the median time of an empty
-        barrier on the same grid, what no work inside the phases can remove."""
+        kind, phase_work_us_<kind>: per phase the time its busiest program spent from leaving one
+        barrier to its arrival at the next, those loads included (its mean over the steps), summed
+        like the phases; the rest of the phase is the barrier's own wait. And barrier_us: the mean
+        time of an empty barrier on the same grid, what no work inside the phases can remove."""
         k, L = self.kern, self.shape["L"]
         names = [*k.LAYER_PHASES * L, *k.TOKEN_PHASES]
         self.stamps = []
@@ -243,8 +243,9 @@ class Persistent(Static):
         total = sum(per_kind.values())
         empty = torch.zeros(BARRIERS_TIMED + self.programs, device=self.bar.device, dtype=torch.int64)
         self.bar.zero_()
-        k._barrier_run_kernel[(self.programs,)](self.bar, empty, BARRIERS_TIMED)
-        barrier_us = torch.diff(empty[:BARRIERS_TIMED].double()).median().item() / 1e3
+        k._barrier_run_kernel[(self.programs,)](self.bar, empty, BARRIERS_TIMED, num_warps=self.tiles["num_warps"])
+        # the mean over the run, not a median of differences: those are a few ticks of the timer
+        barrier_us = (empty[BARRIERS_TIMED - 1] - empty[0]).item() / (BARRIERS_TIMED - 1) / 1e3
         return {**{f"phase_us_{n}": v for n, v in per_kind.items()}, "barrier_us": barrier_us,
                 **{f"phase_work_us_{n}": v for n, v in work.items()},
                 **{f"phase_share_{n}": v / total for n, v in per_kind.items()},
