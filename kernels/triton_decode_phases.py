@@ -52,6 +52,16 @@ def _product(acc, w, x, DOT: tl.constexpr, PREC: tl.constexpr):
 
 
 @triton.jit
+def _zeros(BN: tl.constexpr, B_PAD: tl.constexpr, DOT: tl.constexpr):
+    """_product's accumulator for BN outputs: (BN, B_PAD) on the tensor cores, else (B_PAD, BN)."""
+    if DOT:
+        acc = tl.zeros([BN, B_PAD], dtype=tl.float32)
+    else:
+        acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
+    return acc
+
+
+@triton.jit
 def _reduced(acc, DOT: tl.constexpr):
     """The (B_PAD, BN) products _product accumulated."""
     if DOT:
@@ -82,10 +92,7 @@ def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, LN_W, LN_B,
         r0, r_end = _tile_rows(tile, N, GROUP, BN)
         offs_n = r0 + tl.arange(0, BN)
         n_ok = offs_n < r_end
-        if DOT:
-            acc = tl.zeros([BN, B_PAD], dtype=tl.float32)
-        else:
-            acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
+        acc = _zeros(BN, B_PAD, DOT)
         store = (tile == 0) * n_m * QKV  # program 0's first tile writes RES[j + 1] (not for layer 0)
         for k0 in tl.range(0, K, BK, num_stages=STAGES):  # STAGES chunks of W in flight
             x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, store, LN_W, LN_B, eps, NB, K, L,
@@ -199,11 +206,7 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, Y, YCNT, y_ta
                 w = tl.load(W_O + offs_n[:, None] * C + h * D + offs_d[None, :],
                             mask=n_ok[:, None] & d_ok[None, :], other=0.0)
             if SHARED_O:
-                if DOT:
-                    acc = tl.zeros([BN_O, B_PAD], dtype=tl.float32)
-                else:
-                    acc = tl.zeros([B_PAD, BN_O], dtype=tl.float32)
-                part = _reduced(_product(acc, w, y, DOT, PREC), DOT)
+                part = _reduced(_product(_zeros(BN_O, B_PAD, DOT), w, y, DOT, PREC), DOT)
                 tl.atomic_add(XA + rows[:, None] * C + offs_n[None, :], part,
                               mask=(rows < NB)[:, None] & n_ok[None, :], sem="relaxed", scope="gpu")
             else:
@@ -228,10 +231,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, XS, layer, W_FC, B_F
     for tile in range(pid, tl.cdiv(4 * C, BN), nprog):
         offs_n = tile * BN + tl.arange(0, BN)
         n_ok = offs_n < 4 * C
-        if DOT:
-            acc = tl.zeros([BN, B_PAD], dtype=tl.float32)
-        else:
-            acc = tl.zeros([B_PAD, BN], dtype=tl.float32)
+        acc = _zeros(BN, B_PAD, DOT)
         for k0 in tl.range(0, C, BK, num_stages=STAGES):
             x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, layer, 1, 0, False, LN_W, LN_B, eps, NB, C, L,
                               B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
