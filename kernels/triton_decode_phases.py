@@ -3,8 +3,8 @@ the residual stream they read and add to is in kernels/triton_decode_stream.py.
 
 Every phase spreads its tiles over the grid (`for tile in range(pid, tiles, nprog)`); when a
 phase gives each program at most one weight tile and one reduction chunk (ONE, chosen by the
-plan), that tile was loaded before the barrier opening the phase (_weights), so only the
-activations -- a few KB written by the phase before -- are waited for after it. Activations
+plan), that tile loads while the program waits at the barrier opening the phase (_weights), so
+only the activations -- a few KB written by the phase before -- are waited for after it. Activations
 written by other programs are read with cache_modifier=".cg": from L2, never from a stale L1 line."""
 import triton
 import triton.language as tl
@@ -72,31 +72,31 @@ def _reduced(acc, DOT: tl.constexpr):
 
 
 @triton.jit
-def _matvec(pid, nprog, w_pre, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, LN_W, LN_B, eps, W, BIAS, OUT, KC, VC, CNT, pos,
-            NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, L: tl.constexpr, GROUP: tl.constexpr,
+def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, OUT, KC, VC, CNT, pos,
+            NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
             H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
             ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr,
             QKV: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
-    """OUT[b, n] = LN(stream(b)) . W[n, :] (+ BIAS[n]) for every row b < NB, over this program's
-    tiles of BN outputs (w_pre: the one tile, when ONE). QKV: W's rows are head-major (head h's
-    q, k, v are rows h*3D .. (h+1)*3D, GROUP = 3D); k and v are also written at slot `pos` of the
-    (B, H, W, D) caches, program 0 writes the stream as RES[j + 1], and each tile counts itself
-    done on its head's counter (CNT[h], release) for the attention that waits on it."""
+    """OUT[b, n] = LN(X[b]) . W[n, :] (+ BIAS[n]) for every row b < NB of the stream slot X, over
+    this program's tiles of BN outputs (w_pre: the one tile, when ONE). QKV: W's rows are
+    head-major (head h's q, k, v are rows h*3D .. (h+1)*3D, GROUP = 3D); k and v are also written
+    at slot `pos` of the (B, H, W, D) caches, program 0 folds X (+ FOLD_B) into the next slot NXT,
+    and each tile counts itself done on its head's counter (CNT[h], release) for the attention
+    that waits on it."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     XS += pid * NB * K  # this program's copy of the stream
-    mean, rstd = _stats(RES, ACC, B_O, B_P2, XS, j, n_a, n_m, (pid == 0) * n_m * QKV, eps, NB, K, L, B_PAD, BK, ONE,
-                        HAS_BIAS)
+    mean, rstd = _stats(X, NXT, FOLD_B, (pid == 0) * QKV, XS, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS, STAGES)
     tiles: tl.constexpr = (N // GROUP) * ((GROUP + BN - 1) // BN)
     for tile in range(pid, tiles, nprog):
         r0, r_end = _tile_rows(tile, N, GROUP, BN)
         offs_n = r0 + tl.arange(0, BN)
         n_ok = offs_n < r_end
         acc = _zeros(BN, B_PAD, DOT)
-        store = (tile == 0) * n_m * QKV  # program 0's first tile writes RES[j + 1] (not for layer 0)
+        fold = (tile == 0) * QKV  # program 0's first tile folds the slot into the next
         for k0 in tl.range(0, K, BK, num_stages=STAGES):  # STAGES chunks of W in flight
-            x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, store, LN_W, LN_B, eps, NB, K, L,
-                              B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
+            x = _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
+                              HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = w_pre
             else:
@@ -130,110 +130,25 @@ def _wait(CNT, target):
 
 
 @triton.jit
-def _head_attention(QKV, KC, VC, b, h, pos, scale, H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr,
-                    BT: tl.constexpr, BD: tl.constexpr):
-    """Row b's new query of head h against cache slots 0..pos: an online softmax over blocks of BT
-    slots. Returns y (BD,), fp32."""
-    offs_d = tl.arange(0, BD)
-    d_ok = offs_d < D
-    n_slots = pos + 1
-    q = tl.load(QKV + b * 3 * H * D + h * 3 * D + offs_d, mask=d_ok, other=0.0, cache_modifier=".cg")
-    base = (b * H + h) * W_CACHE * D
-    m = tl.max(tl.full([BD], NEG, tl.float32), 0)
-    l = m * 0.0
-    acc = tl.zeros([BD], dtype=tl.float32)
-    for t0 in range(0, n_slots, BT):
-        offs_t = t0 + tl.arange(0, BT)
-        t_ok = offs_t < n_slots
-        kv_ok = t_ok[:, None] & d_ok[None, :]
-        # held in the cache's dtype, widened as they are used: a 16-bit cache's block costs half the registers
-        k = tl.load(KC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0, cache_modifier=".cg")
-        v = tl.load(VC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0, cache_modifier=".cg")
-        sc = tl.where(t_ok, tl.sum(k.to(tl.float32) * q[None, :], 1) * scale, NEG)
-        m_new = tl.maximum(m, tl.max(sc, 0))
-        p = tl.where(t_ok, tl.exp(sc - m_new), 0.0)
-        alpha = tl.exp(m - m_new)
-        acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
-        l = l * alpha + tl.sum(p, 0)
-        m = m_new
-    return acc / l
-
-
-@triton.jit
-def _attend(pid, nprog, wo_pre, QKV, KC, VC, CNT, target, W_O, XA, Y, YCNT, y_target, pos, scale, NB: tl.constexpr,
-            H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
-            CHUNKS: tl.constexpr, BN_O: tl.constexpr, ONE_O: tl.constexpr, SHARED_O: tl.constexpr,
-            B_PAD: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr):
-    """Every (row, head)'s attention, as soon as that head's q, k and v are all written (its counter
-    CNT[h] reaches `target`), then the output projection y W_proj^T added into XA, in one of two ways:
-    - per row (not SHARED_O): items (row, head, one of CHUNKS chunks of the outputs, in blocks of
-      BN_O) each add y_(b,h) W_proj[chunk, h]^T; each chunk's program redoes the (small) attention
-      rather than wait for another's, so that idle programs share the projection's loads;
-    - shared (SHARED_O): (row, head) items write y into Y and count themselves on the head's
-      YCNT; then (head, chunk) items wait for all NB rows of their head (`y_target`) and add
-      Y[:, h] W_proj[chunk, h]^T for every row at once: each block of W_proj is read once, not once
-      a row, at the price of one more hand-over."""
-    C: tl.constexpr = H * D
-    CW: tl.constexpr = (C + CHUNKS - 1) // CHUNKS
-    offs_d = tl.arange(0, BD)
-    d_ok = offs_d < D
-    rows = tl.arange(0, B_PAD)
-    if SHARED_O:
-        for bh in range(pid, NB * H, nprog):
-            _wait(CNT + bh % H, target)
-            y = _head_attention(QKV, KC, VC, bh // H, bh % H, pos, scale, H, D, W_CACHE, BT, BD)
-            tl.store(Y + (bh // H) * C + (bh % H) * D + offs_d, y, mask=d_ok)
-            tl.debug_barrier()  # every thread of this program has issued its stores
-            tl.atomic_add(YCNT + bh % H, 1, sem="release", scope="gpu")
-    for item in range(pid, (1 if SHARED_O else NB) * H * CHUNKS, nprog):
-        c = item % CHUNKS
-        bh = item // CHUNKS  # SHARED_O: the head alone
-        h = bh % H
-        if SHARED_O:
-            _wait(YCNT + h, y_target)
-            y = tl.load(Y + rows[:, None] * C + h * D + offs_d[None, :], mask=(rows < NB)[:, None] & d_ok[None, :],
-                        other=0.0, cache_modifier=".cg")
-        else:
-            _wait(CNT + h, target)
-            y = _head_attention(QKV, KC, VC, bh // H, h, pos, scale, H, D, W_CACHE, BT, BD)[None, :]
-        c_end = tl.minimum((c + 1) * CW, C)
-        for n0 in range(c * CW, c_end, BN_O):
-            offs_n = n0 + tl.arange(0, BN_O)
-            n_ok = offs_n < c_end
-            if ONE_O:
-                w = wo_pre
-            else:
-                w = tl.load(W_O + offs_n[:, None] * C + h * D + offs_d[None, :],
-                            mask=n_ok[:, None] & d_ok[None, :], other=0.0)
-            if SHARED_O:
-                part = _reduced(_product(_zeros(BN_O, B_PAD, DOT), w, y, DOT, PREC), DOT)
-                tl.atomic_add(XA + rows[:, None] * C + offs_n[None, :], part,
-                              mask=(rows < NB)[:, None] & n_ok[None, :], sem="relaxed", scope="gpu")
-            else:
-                part = tl.sum(w.to(tl.float32) * y, 1)
-                tl.atomic_add(XA + (bh // H) * C + offs_n, part, mask=n_ok, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, XS, layer, W_FC, B_FC, W_P2T, LN_W, LN_B, eps,
-         NB: tl.constexpr, C: tl.constexpr, L: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
+def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, W_P2T, LN_W, LN_B, eps,
+         NB: tl.constexpr, C: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr,
          DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
-    """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(x + attention)
-    W_fc^T (+b)) for them, and adds their share h W_proj2[:, units]^T into XM[layer] with fp32
-    atomics (the sum's order varies from run to run, so fp32 results can differ in the last bits).
-    W_P2T is W_proj2 transposed (4C, C): a program's units are contiguous rows."""
+    """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(X) W_fc^T (+b))
+    for them (X: the stream slot x + attention), and adds their share h W_proj2[:, units]^T into
+    the next slot XM with fp32 atomics (the sum's order varies from run to run, so fp32 results
+    can differ in the last bits); program 0 also folds X (+ FOLD_B, b_proj2) into XM. W_P2T is
+    W_proj2 transposed (4C, C): a program's units are contiguous rows."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
-    XM = ACC + (L + layer) * NB * C
     XS += pid * NB * C
-    mean, rstd = _stats(RES, ACC, B_O, B_P2, XS, layer, 1, 0, 0, eps, NB, C, L, B_PAD, BK, ONE, HAS_BIAS)
+    mean, rstd = _stats(X, XM, FOLD_B, pid == 0, XS, eps, NB, C, B_PAD, BK, ONE, HAS_BIAS, STAGES)
     for tile in range(pid, tl.cdiv(4 * C, BN), nprog):
         offs_n = tile * BN + tl.arange(0, BN)
         n_ok = offs_n < 4 * C
         acc = _zeros(BN, B_PAD, DOT)
         for k0 in tl.range(0, C, BK, num_stages=STAGES):
-            x = _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, layer, 1, 0, False, LN_W, LN_B, eps, NB, C, L,
+            x = _normed_input(k0, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0), XS, LN_W, LN_B, eps, NB, C,
                               B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = wfc_pre
@@ -263,13 +178,13 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, RES, ACC, B_O, B_P2, XS, layer, W_FC, B_F
 
 
 @triton.jit
-def _sample_embed(pid, nprog, LOGITS, NOISE, OUT, t, WTE, WPE, RES, ACC, pos_next, temperature, top_k,
+def _sample_embed(pid, nprog, LOGITS, NOISE, OUT, t, WTE, WPE, STREAM, pos_next, temperature, top_k,
                   NB: tl.constexpr, V: tl.constexpr, C: tl.constexpr, L: tl.constexpr, TOTAL: tl.constexpr,
                   W_CACHE: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
                   GREEDY: tl.constexpr, TOP_K: tl.constexpr):
     """Row b's token for column t (decode/sampling.py's rule: greedy, or Gumbel-max over
     logits / temperature with everything below the k-th largest dropped), then the next step's
-    input RES[0] = wte[token] + wpe[pos_next]; the layers' sums start again from zero."""
+    input, stream slot 0 = wte[token] + wpe[pos_next]; the other slots start again from zero."""
     offs_v = tl.arange(0, VP)
     v_ok = offs_v < V
     offs_c = tl.arange(0, CP)
@@ -293,7 +208,7 @@ def _sample_embed(pid, nprog, LOGITS, NOISE, OUT, t, WTE, WPE, RES, ACC, pos_nex
         ok = c_ok & (offs_c * 0 + pos_next < W_CACHE)  # the run's last step has no next position
         x = tl.load(WTE + token * C + offs_c, mask=ok, other=0.0).to(tl.float32) + \
             tl.load(WPE + pos_next * C + offs_c, mask=ok, other=0.0).to(tl.float32)
-        tl.store(RES + b * C + offs_c, x, mask=ok)
+        tl.store(STREAM + b * C + offs_c, x, mask=ok)
     for z0 in range(pid * CP, 2 * L * NB * C, nprog * CP):
         offs_z = z0 + offs_c
-        tl.store(ACC + offs_z, tl.zeros([CP], dtype=tl.float32), mask=offs_z < 2 * L * NB * C)
+        tl.store(STREAM + NB * C + offs_z, tl.zeros([CP], dtype=tl.float32), mask=offs_z < 2 * L * NB * C)

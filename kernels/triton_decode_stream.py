@@ -1,58 +1,56 @@
 """The residual stream of kernels/triton_persistent.py, as its phases read it.
 
-The stream is never rewritten in place. Per layer l the kernel keeps x_l (RES[l]) and two fp32
-sums that programs add their shares into with atomics: XA[l] (every head's share of the
-attention projection) and XM[l] (every hidden unit's share of the MLP's output). So
+The stream lives in one fp32 buffer of 2L + 1 slots, (2L + 1, NB, C). Phase p of a step (layer
+l's attn phase is 2l, its mlp phase 2l + 1) reads slot p whole and adds into slot p + 1, with
+atomics, its programs' shares of its output:
 
-    x_l + attention_l = RES[l] + XA[l] (+ b_proj)                     (the MLP's input)
-    x_(l+1)           = RES[l] + XA[l] + XM[l] (+ b_proj + b_proj2)    (the next layer's input)
+    slot 0        x_0 = wte[token] + wpe[pos]                (the sample phase writes it)
+    slot 2l + 1   x_l + attention_l + b_proj                 (the MLP's input)
+    slot 2l + 2   x_(l+1) = slot 2l + 1 + mlp_l + b_proj2      (the next layer's input; the head reads slot 2L)
 
-and a phase reads what the phase before it summed, with no phase in between to gather it.
-XA and XM are zeroed again in the sample phase, after their last reader. A phase of several
-tiles or chunks reads those parts once a program, into XS, its own copy (_stats), and its tiles
-read that. The parts written by other programs are read with cache_modifier=".cg": from L2,
-never from a stale L1 line."""
+The residual term itself, slot p (+ the bias of phase p's output), is one more share of slot
+p + 1, which one program adds ("folds") as it reads slot p. So each phase reads one part of the
+stream, not the three it would otherwise sum, and needs no phase in between to gather it. Slots
+1..2L are zeroed again in the sample phase, after their last reader. A phase of several tiles
+or chunks reads its slot once a program, into XS, its own copy (_stats), and its tiles read
+that. The slots are written by other programs, so they are read with cache_modifier=".cg":
+from L2, never from a stale L1 line."""
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
-            B_PAD: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """Columns k0..k0+BK of RES[j] (+ XA[j] + b_proj[j] if n_a) (+ XM[j] + b_proj2[j] if n_m), zero
-    outside the (NB, K) rows."""
+def _stream(k0, X, NXT, FOLD_B, fold, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr,
+            HAS_BIAS: tl.constexpr):
+    """Columns k0..k0+BK of the stream slot X (NB, K), zero outside its rows; with `fold` also
+    adds them (+ FOLD_B, the bias of the phase's output) into NXT, the next slot."""
     rows = tl.arange(0, B_PAD)
     offs_k = k0 + tl.arange(0, BK)
     k_ok = offs_k < K
     ok = (rows < NB)[:, None] & k_ok[None, :]
-    at = (j * NB + rows[:, None]) * K + offs_k[None, :]
-    a_ok = k_ok & (offs_k * 0 + n_a > 0)  # the flags as tensors: they are plain ints under the interpreter
-    m_ok = k_ok & (offs_k * 0 + n_m > 0)
-    x = tl.load(RES + at, mask=ok, other=0.0, cache_modifier=".cg")
-    x += tl.load(ACC + at, mask=ok & a_ok[None, :], other=0.0, cache_modifier=".cg")
-    x += tl.load(ACC + L * NB * K + at, mask=ok & m_ok[None, :], other=0.0, cache_modifier=".cg")
+    at = rows[:, None] * K + offs_k[None, :]
+    x = tl.load(X + at, mask=ok, other=0.0, cache_modifier=".cg")
+    f_ok = k_ok & (offs_k * 0 + fold > 0)  # the flag as a tensor: it is a plain int under the interpreter
+    share = x
     if HAS_BIAS:
-        x += tl.load(B_O + j * K + offs_k, mask=a_ok, other=0.0).to(tl.float32)[None, :]
-        x += tl.load(B_P2 + j * K + offs_k, mask=m_ok, other=0.0).to(tl.float32)[None, :]
-    return tl.where(ok, x, 0.0)
+        share += tl.load(FOLD_B + offs_k, mask=f_ok, other=0.0).to(tl.float32)[None, :]
+    tl.atomic_add(NXT + at, share, mask=ok & f_ok[None, :], sem="relaxed", scope="gpu")
+    return x
 
 
 @triton.jit
-def _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, store, LN_W, LN_B, eps, NB: tl.constexpr,
-                  K: tl.constexpr, L: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr,
-                  HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr):
-    """LayerNorm of a chunk of the stream. With ONE the chunk is the whole row: the stream's parts
-    are loaded here, the statistics come from them, and `store` also writes the stream itself as
-    RES[j + 1]. Otherwise the chunk comes from XS, this program's own copy of the stream that _stats
-    wrote."""
+def _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB: tl.constexpr, K: tl.constexpr,
+                  B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr,
+                  HAS_LN_B: tl.constexpr):
+    """LayerNorm of a chunk of the stream. With ONE the chunk is the whole row: it is loaded from
+    the slot X here (and folded into NXT with `fold`), and the statistics come from it.
+    Otherwise the chunk comes from XS, this program's own copy of the slot that _stats wrote."""
     rows = tl.arange(0, B_PAD)
     offs_k = k0 + tl.arange(0, BK)
     k_ok = offs_k < K
     ok = (rows < NB)[:, None] & k_ok[None, :]
     if ONE:
-        x = _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB, K, L, B_PAD, BK, HAS_BIAS)
-        tl.store(RES + ((j + 1) * NB + rows[:, None]) * K + offs_k[None, :], x,
-                 mask=ok & (offs_k * 0 + store > 0)[None, :])
+        x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS)
         mean = tl.sum(x, 1) / K
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / K - mean * mean + eps)
     else:
@@ -64,24 +62,23 @@ def _normed_input(k0, mean, rstd, RES, ACC, B_O, B_P2, XS, j, n_a, n_m, store, L
 
 
 @triton.jit
-def _stats(RES, ACC, B_O, B_P2, XS, j, n_a, n_m, store, eps, NB: tl.constexpr, K: tl.constexpr, L: tl.constexpr,
-           B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr):
-    """Each row's LayerNorm mean and 1 / std over the stream (one pass of sums, fp32); with ONE the
-    matvec takes them from its one chunk instead. The pass also copies the stream into XS, this
-    program's own (NB, K) block, which its tiles then read chunk by chunk: every program reading
-    the stream's three parts again for every tile and chunk crowds the few L2 lines that hold
-    them. `store`: also write the stream as RES[j + 1]."""
+def _stats(X, NXT, FOLD_B, fold, XS, eps, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr,
+           ONE: tl.constexpr, HAS_BIAS: tl.constexpr, STAGES: tl.constexpr):
+    """Each row's LayerNorm mean and 1 / std over the stream slot X (one pass of sums, fp32; with
+    `fold`, the pass also folds the slot into NXT); with ONE the matvec takes them from its one
+    chunk instead. The pass also copies the slot into XS, this program's own (NB, K) block, which
+    its tiles then read chunk by chunk: every program reading the slot again for every tile and
+    chunk crowds the few L2 lines that hold it. STAGES chunks of the pass are in flight at once:
+    each is a trip to L2, and the pass would otherwise wait for them one by one."""
     s1 = tl.zeros([B_PAD], dtype=tl.float32)
     s2 = s1
     if not ONE:
         rows = tl.arange(0, B_PAD)
-        for k0 in range(0, K, BK):
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):
             offs_k = k0 + tl.arange(0, BK)
             ok = (rows < NB)[:, None] & (offs_k < K)[None, :]
-            x = _stream(k0, RES, ACC, B_O, B_P2, j, n_a, n_m, NB, K, L, B_PAD, BK, HAS_BIAS)
+            x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS)
             tl.store(XS + rows[:, None] * K + offs_k[None, :], x, mask=ok)
-            tl.store(RES + ((j + 1) * NB + rows[:, None]) * K + offs_k[None, :], x,
-                     mask=ok & (offs_k * 0 + store > 0)[None, :])
             s1 += tl.sum(x, 1)
             s2 += tl.sum(x * x, 1)
         tl.debug_barrier()  # the copy is read back by other threads of this program

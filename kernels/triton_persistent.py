@@ -8,19 +8,21 @@ phases are separated by grid-wide barriers (an atomic counter every program adds
 on), so a token costs PHASES barriers instead of ~40 launches, and each barrier costs about as
 much as a small phase's work: two phases a layer.
 
-  once:              embed    RES[0] = wte[out[t-1]] + wpe[pos]
+  once:              embed    S[0] = wte[out[t-1]] + wpe[pos]
   per layer:     1.  attn     qkv = LN1(x) W_attn^T (+b) in tiles over the grid, k and v written
                               into the static cache; each head's attention starts as soon as that
                               head's tiles are counted done (a counter per head, not a barrier),
-                              and adds its share of the projection into XA (per row, or, with
-                              decode.attn_proj=head, once for all rows after a second count)
-                 2.  mlp      XM += GELU(LN2(x + XA) W_fc^T (+b)) W_proj2^T, a share per program
+                              and adds its share of the projection into S[2l + 1] (per row, or,
+                              with decode.attn_proj=head, once for all rows after a second count)
+                 2.  mlp      S[2l + 2] += GELU(LN2(S[2l + 1]) W_fc^T (+b)) W_proj2^T, a share per program
   per token:         head     logits[t] = LN_f(x) wte^T
-                     sample   out[t] = argmax(logits / T + gumbel[t]) (top-k first), RES[0] = embed(out[t])
+                     sample   out[t] = argmax(logits / T + gumbel[t]) (top-k first), S[0] = embed(out[t])
 
-The phases are in kernels/triton_decode_phases.py, the stream's buffers (RES, XA, XM, and each
-program's copy XS) in kernels/triton_decode_stream.py; the tiles come from the shape
-(decode/persistent.py: plan). Accumulation is fp32, and the residual stream, q/k/v and the MLP
+S is the residual stream, a slot per phase: phase p reads S[p] and adds into S[p + 1], the
+residual term itself folded in by one program. The phases are in kernels/triton_decode_phases.py
+(the attention in kernels/triton_decode_attention.py), the stream (and each program's copy of a
+slot, XS) in kernels/triton_decode_stream.py; the tiles come from the shape (decode/persistent.py:
+plan). Accumulation is fp32, and the residual stream, q/k/v and the MLP
 hidden state are kept in fp32; from batch 2 the tensor-core products read them in the weights'
 dtype. The cache keeps the weights' dtype, as every other path's does.
 
@@ -32,7 +34,8 @@ import triton
 import triton.language as tl
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
-from .triton_decode_phases import _attend, _matvec, _mlp, _sample_embed, _tile_rows, _wait, _weights
+from .triton_decode_attention import _attend, _keys_ahead
+from .triton_decode_phases import _matvec, _mlp, _sample_embed, _tile_rows, _wait, _weights
 
 LAYER_PHASES = ("attn", "mlp")
 TOKEN_PHASES = ("head", "sample")
@@ -42,30 +45,42 @@ PHASES_PER_TOKEN_EXTRA = tl.constexpr(len(TOKEN_PHASES))
 
 
 @triton.jit
-def _grid_sync(BAR, k, PROF, WORK, since, PHASES: tl.constexpr, PROFILE: tl.constexpr):
-    """Barrier number k (from 1): wait until every program has arrived k times. The release add
-    publishes this program's stores, the acquire reads make the others' visible. (Polling with
-    acquire loads instead of atomics measured no faster.) With PROFILE, program 0 stamps the
-    GPU's globaltimer as it leaves: PROF[k - 1]; and every program adds the time from `since`
-    (when it left barrier k - 1) to its arrival -- its own work in the phase this barrier closes,
-    phase k - 2 of a step of PHASES, the loads it issued ahead for the next phase included (the
-    release waits for them) -- into WORK[program, (k - 2) % PHASES], after its arrival, so that
-    the release does not wait for that add too. Returns the time it leaves (with PROFILE; else
-    `since`)."""
-    target = k * tl.num_programs(0)
+def _arrive(BAR, k, WORK, since, PHASES: tl.constexpr, PROFILE: tl.constexpr):
+    """Arrival at barrier number k (from 1). The release add publishes this program's stores. It
+    also waits for the program's loads still in flight, so the loads for the next phase (its
+    weights, the keys already in the cache) are issued after it, between the arrival and _leave:
+    they then travel while the program waits for the others. With PROFILE, every program adds
+    the time from `since` (when it left barrier k - 1) to its arrival -- its own work in the phase
+    this barrier closes, phase k - 2 of a step of PHASES -- into WORK[program, (k - 2) % PHASES],
+    after its arrival, so that the release does not wait for that add too."""
     tl.debug_barrier()  # every thread of this program has issued its stores
     tl.atomic_add(BAR, 1, sem="release", scope="gpu")
     if PROFILE:
         if k > 1:
             tl.atomic_add(WORK + tl.program_id(0) * PHASES + (k - 2) % PHASES, tl.extra.cuda.globaltimer() - since,
                           sem="relaxed")
-    _wait(BAR, target)
+
+
+@triton.jit
+def _leave(BAR, k, PROF, since, PROFILE: tl.constexpr):
+    """Wait until every program has arrived at barrier k; the acquire reads make their stores
+    visible. (Polling with acquire loads instead of atomics measured no faster.) With PROFILE,
+    program 0 stamps the GPU's globaltimer as it leaves: PROF[k - 1]. Returns the time it leaves
+    (with PROFILE; else `since`)."""
+    _wait(BAR, k * tl.num_programs(0))
     left = since
     if PROFILE:
         left = tl.extra.cuda.globaltimer()
         if tl.program_id(0) == 0:
             tl.store(PROF + k - 1, left)
     return left
+
+
+@triton.jit
+def _grid_sync(BAR, k, PROF, WORK, since, PHASES: tl.constexpr, PROFILE: tl.constexpr):
+    """Barrier number k with nothing to load between arriving and leaving."""
+    _arrive(BAR, k, WORK, since, PHASES, PROFILE)
+    return _leave(BAR, k, PROF, since, PROFILE)
 
 
 @triton.jit(do_not_specialize=["n"])
@@ -81,7 +96,7 @@ def _barrier_run_kernel(BAR, PROF, n):
 @triton.jit(do_not_specialize=["n_steps", "top_k"])
 def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        WTE, WPE, LN1_W, LN1_B, W_QKV, B_QKV, W_O, B_O, LN2_W, LN2_B, W_FC, B_FC, W_P2T, B_P2,
-                       LNF_W, LNF_B, KC, VC, RES, ACC, QKV, XS, Y,
+                       LNF_W, LNF_B, KC, VC, STREAM, QKV, XS, Y,
                        n_steps, temperature, top_k, eps, scale,
                        NB: tl.constexpr, C: tl.constexpr, H: tl.constexpr, L: tl.constexpr, V: tl.constexpr,
                        W_CACHE: tl.constexpr, TOTAL: tl.constexpr, B_PAD: tl.constexpr, BN_QKV: tl.constexpr,
@@ -94,15 +109,17 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
-    weight tile is loaded before the barrier that opens it (_weights). W_QKV's rows are
-    head-major (head h's q, k, v together); CNT holds two counters per (layer, head), zero at launch:
-    its q, k, v tiles done, then (SHARED_O) its rows' attention outputs in Y done."""
+    weight tile loads while its program waits at the barrier that opens it (_arrive, _weights).
+    W_QKV's rows are head-major (head h's q, k, v together); CNT holds two counters per (layer,
+    head), zero at launch: its q, k, v tiles done, then (SHARED_O) its rows' attention outputs in Y
+    done."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
     PHASES: tl.constexpr = PHASES_PER_LAYER * L + PHASES_PER_TOKEN_EXTRA
     TILES_PER_HEAD: tl.constexpr = (3 * D + BN_QKV - 1) // BN_QKV
     O_WIDTH: tl.constexpr = (C + O_CHUNKS - 1) // O_CHUNKS
+    KV_AHEAD: tl.constexpr = BT >= W_CACHE  # the window is one block: its keys load ahead (_keys_ahead)
     t0 = tl.load(T_PTR)
     pos0 = tl.load(POS_PTR)
     WORK = PROF + n_steps * PHASES + 1  # PROFILE: each program's time in each phase, after the stamps
@@ -112,46 +129,54 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
         token = tl.load(OUT + b * TOTAL + t0 - 1)
         x = tl.load(WTE + token * C + offs_c, mask=offs_c < C, other=0.0).to(tl.float32) + \
             tl.load(WPE + pos0 * C + offs_c, mask=offs_c < C, other=0.0).to(tl.float32)
-        tl.store(RES + b * C + offs_c, x, mask=offs_c < C)
+        tl.store(STREAM + b * C + offs_c, x, mask=offs_c < C)
     # this program's first tile of each phase, fixed for the run: its weights can load ahead
     r0, r_end = _tile_rows(pid, 3 * C, 3 * D, BN_QKV)
     o_head = (pid // O_CHUNKS) % H
     o_row = (pid % O_CHUNKS) * O_WIDTH
     O_ITEMS: tl.constexpr = (1 if SHARED_O else NB) * H * O_CHUNKS  # the projection's items (_attend)
     o_end = tl.where(pid < O_ITEMS, tl.minimum(o_row + O_WIDTH, C), 0)
+    if SHARED_O:  # the (row, head) of this program's first attention item (_attend)
+        kv_first = pid
+    else:
+        kv_first = pid // O_CHUNKS
     for i in range(n_steps):
         t = t0 + i
         pos = pos0 + i
         k = i * PHASES  # barriers passed before this step
         for layer in range(L):
-            prev = tl.maximum(layer - 1, 0)
-            deeper = tl.minimum(layer, 1)  # layer 0 reads RES[0] alone; a deeper one sums the one before
             kc = KC + layer * NB * H * W_CACHE * D
             vc = VC + layer * NB * H * W_CACHE * D
+            x_in = STREAM + 2 * layer * NB * C  # the layer's input slot; the attention adds into the next
+            x_mid = x_in + NB * C
+            _arrive(BAR, k + layer * PHASES_PER_LAYER + 1, WORK, since, PHASES, PROFILE)
             w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV)
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
-            since = _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, WORK, since, PHASES, PROFILE)
-            _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, XS, prev, deeper, deeper, LN1_W + layer * C, LN1_B + layer * C,
-                    eps, W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB,
-                    3 * C, C, L, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS,
-                    True, DOT, PREC, STAGES)
-            _attend(pid, nprog, wo, QKV, kc, vc, CNT + layer * H, (i + 1) * TILES_PER_HEAD, W_O + layer * C * C,
-                    ACC + layer * NB * C, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE, BT,
-                    BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC)
+            k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
+            since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
+            _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
+                    W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB, 3 * C, C,
+                    3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, HAS_BIAS, HAS_LN_B, HAS_BIAS, True, DOT, PREC,
+                    STAGES)
+            _attend(pid, nprog, wo, QKV, kc, vc, k_old, kv_first, CNT + layer * H, (i + 1) * TILES_PER_HEAD,
+                    W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
+                    BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD)
+            _arrive(BAR, k + layer * PHASES_PER_LAYER + 2, WORK, since, PHASES, PROFILE)
             w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
-            since = _grid_sync(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, WORK, since, PHASES, PROFILE)
-            _mlp(pid, nprog, w, w2, RES, ACC, B_O, B_P2, XS, layer, W_FC + layer * 4 * C * C, B_FC + layer * 4 * C,
-                 W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C, L, B_PAD, BN_FC, BK_FC,
-                 BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC, STAGES)
+            since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
+            _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
+                 B_FC + layer * 4 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C,
+                 B_PAD, BN_FC, BK_FC, BC_FC, ONE_FC, HAS_BIAS, HAS_LN_B, DOT, PREC, STAGES)
         logits = LOGITS + t * NB * V
+        _arrive(BAR, k + PHASES - 1, WORK, since, PHASES, PROFILE)
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
-        since = _grid_sync(BAR, k + PHASES - 1, PROF, WORK, since, PHASES, PROFILE)
-        _matvec(pid, nprog, w, RES, ACC, B_O, B_P2, XS, L - 1, 1, 1, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT,
-                pos, NB, V, C, L, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, HAS_BIAS, HAS_LN_B, False, False, DOT, PREC,
-                STAGES)
+        since = _leave(BAR, k + PHASES - 1, PROF, since, PROFILE)
+        x_out = STREAM + 2 * L * NB * C  # the last layer's output: nothing folds it further
+        _matvec(pid, nprog, w, x_out, x_out, B_O, XS, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT, pos, NB, V, C,
+                V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, HAS_BIAS, HAS_LN_B, False, False, DOT, PREC, STAGES)
         since = _grid_sync(BAR, k + PHASES, PROF, WORK, since, PHASES, PROFILE)
-        _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, RES, ACC, pos + 1, temperature,
+        _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, STREAM, pos + 1, temperature,
                       top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)
     _grid_sync(BAR, n_steps * PHASES + 1, PROF, WORK, since, PHASES, PROFILE)  # closes the last phase's stamps
     if pid == 0:

@@ -125,15 +125,15 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
             assert t[f"BN_{name}"] <= triton.next_power_of_2(N)  # no tile wider than its group (a head's q, k, v)
             # a phase that loads its one tile ahead really has one tile per program and one chunk
             assert not t[f"ONE_{name}"] or (tiles <= 132 and t[f"BK_{name}"] >= K)
-        # attention: k and v blocks (as loaded: 16-bit ones pack two to a register; fp32, or beside
-        # the tensor-core tiles, as if fp32) and a projection block fit the budget (half of it for a
+        # attention: k and v blocks (as loaded: 16-bit ones pack two to a register) and a projection
+        # block fit the budget (half of it for a
         # dot that holds the rows' inputs too, and 16 rows at least); a block loaded ahead (held
         # through the qkv phase) is a quarter of it and the only item of its program, and covers its
         # whole chunk of outputs
         shared_dot = t["SHARED_O"] and t["DOT"]
         saved = (batch - 1) * C * C * elem  # W_proj bytes a layer that sharing reads once instead of per row
         assert t["SHARED_O"] == (proj == "head" or (proj == "auto" and saved >= SHARE_BYTES))
-        kv_regs = elem / 2 if not t["DOT"] else 2
+        kv_regs = elem / 2
         assert kv_regs * t["BT"] * t["BD"] <= budget and t["BN_O"] * t["BD"] <= budget // (2 if shared_dot else 1)
         assert not shared_dot or t["BN_O"] >= 16
         items = (1 if t["SHARED_O"] else batch) * H * t["O_CHUNKS"]
@@ -182,7 +182,7 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
              "PREC": "ieee" if dtype == "fp32" else "tf32"}
     fixed = {"OUT": "*i64", "T_PTR": "*i64", "POS_PTR": "*i64", "BAR": "*i32", "PROF": "*i64", "n_steps": "i32",
              "top_k": "i32", "temperature": "fp32", "eps": "fp32", "scale": "fp32", "NOISE": "*fp32",
-             "LOGITS": "*fp32", "CNT": "*i32", "RES": "*fp32", "ACC": "*fp32", "QKV": "*fp32", "XS": "*fp32", "Y": "*fp32"}
+             "LOGITS": "*fp32", "CNT": "*i32", "STREAM": "*fp32", "QKV": "*fp32", "XS": "*fp32", "Y": "*fp32"}
     sig = {n: "constexpr" if n in const else fixed.get(n, f"*{dtype}") for n in k._decode_run_kernel.arg_names}
     compile_for_h200(k._decode_run_kernel, sig, const, options)
 

@@ -46,7 +46,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     (its parts before each program kept its own copy; the weighting the H200 ranked best: wider
     MLP tiles at 1152 wide, batch 4 and 8, 1.27-1.28x the rounds ranking). The qkv tiles
     never straddle two heads (each head's attention waits on its own tiles). A phase that then
-    needs one round (ONE) loads its weights before the barrier that opens it. The projection's
+    needs one round (ONE) loads its weights at the barrier that opens it. The projection's
     items -- (row, head, chunk of its outputs), or with proj="head" (head, chunk) for every row at
     once (decode.attn_proj; "auto": shared where that saves SHARE_BYTES of W_proj reads a layer)
     -- use as many chunks as there are programs for them; a chunk small enough to hold through the
@@ -98,9 +98,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     bn_o = _pow2(width) if one_o else max(16 if shared and dot else 1, min(_pow2(width), _prev_pow2(cap_o)))
     t["O_CHUNKS"], t["BN_O"], t["ONE_O"], t["SHARED_O"] = chunks, bn_o, one_o, shared
     # the cache's slot blocks: k and v held as loaded, two registers a slot and dimension in fp32,
-    # one in a 16-bit dtype -- at batch 1; beside the tensor-core tiles half that (1152 wide at
-    # batch 8 spilled); a block of the whole window is one trip to memory fewer for the head
-    regs = 1 if elem == 2 and not dot else 2
+    # one in a 16-bit dtype; a block of the whole window is one trip to memory fewer for the head,
+    # and, as the slots before this step's are final, its keys load before the attn phase opens
+    regs = 1 if elem == 2 else 2
     t["BT"] = max(16, min(_pow2(W), _prev_pow2(budget // (regs * BD))))
     # software pipelining: STAGES chunks of the weights in flight, as many as SHARED_MEMORY holds
     # (the MLP's two loops hold theirs at once); only where the MLP's reduction has at least twice
@@ -189,9 +189,10 @@ class Persistent(Static):
             return torch.zeros(*shape, device=dev, dtype=torch.float32)
 
         self.tiles = tiles
-        # XS: each program's own copy of the stream for the phase it is in (kernels/triton_decode_stream.py)
+        # STREAM: the residual stream, a slot per phase; XS: each program's own copy of the slot its phase
+        # reads (kernels/triton_decode_stream.py)
         # Y: every row's attention output, when the projection is shared by the rows (attn_proj=head)
-        self.buf = {"RES": scratch(L, B, C), "ACC": scratch(2, L, B, C), "QKV": scratch(B, 3 * C),
+        self.buf = {"STREAM": scratch(2 * L + 1, B, C), "QKV": scratch(B, 3 * C),
                     "XS": scratch(self.programs, B, C), "Y": scratch(B, C)}
 
     def run(self, out, t, noise, temperature: float, top_k, n: int):
@@ -224,11 +225,10 @@ class Persistent(Static):
         """One generation with every barrier time-stamped (program 0 reads the GPU's globaltimer
         as it leaves each): µs per decode step (one token for each row of the batch) in each kind
         of phase, its share of the step, and the phases per step. A phase's time runs from the
-        barrier that opens it to the next, so it includes that barrier's wait, and the next
-        phase's weights, loaded before that barrier, whose release add waits for them. Beside each
-        kind, phase_work_us_<kind>: per phase the time its busiest program spent from leaving one
-        barrier to its arrival at the next, those loads included (its mean over the steps), summed
-        like the phases; the rest of the phase is the barrier's own wait. And barrier_us: the mean
+        barrier that opens it to the next, so it includes that barrier's wait (during which the
+        next phase's weights load). Beside each kind, phase_work_us_<kind>: per phase the time its
+        busiest program spent from leaving one barrier to its arrival at the next (its mean over
+        the steps), summed like the phases; the rest of the phase is the barrier's own wait. And barrier_us: the mean
         time of an empty barrier on the same grid, what no work inside the phases can remove."""
         k, L = self.kern, self.shape["L"]
         names = [*k.LAYER_PHASES * L, *k.TOKEN_PHASES]
