@@ -79,6 +79,11 @@ for batch in (3, 1):
     tiles = {{**plan(64, 4, 20, 64, batch, 1, proj="head"), **loops}}
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0, dcfg=head)
     print(f"SHARED_{{batch}}", torch.equal(mine, ref), tiles["SHARED_O"], (mine_logits - ref_logits).abs().max().item())
+# the same with the plan's own tiles: the whole window one block, its keys loaded ahead
+ref, ref_logits = run(m, "recompute", 3, 40 + 8, temperature=0)
+tiles = plan(64, 4, 20, 64, 3, 1, proj="head")
+mine, mine_logits = run(m, "persistent", 3, 40 + 8, tiles=tiles, temperature=0, dcfg=head)
+print("SHARED_AHEAD", torch.equal(mine, ref), tiles["BT"] >= 64, (mine_logits - ref_logits).abs().max().item())
 """
 
 
@@ -94,6 +99,8 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     for batch in (3, 1):  # tokens alone are not enough: a wrong head's y kept them and moved logits by 0.16
         tokens, shared, diff = lines[f"SHARED_{batch}"].split()
         assert (tokens, shared) == ("True", "True") and float(diff) < 1e-5
+    tokens, ahead, diff = lines["SHARED_AHEAD"].split()
+    assert (tokens, ahead) == ("True", "True") and float(diff) < 1e-5
 
 
 def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
