@@ -56,9 +56,10 @@ def _keys_ahead(KC, bh, pos, NB: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
                 BT: tl.constexpr, BD: tl.constexpr, AHEAD: tl.constexpr):
     """With AHEAD (the whole window is one block of BT slots), (row, head) bh's keys before this
     step's slot: earlier steps wrote them, so they load while the program waits at the barrier
-    that opens the attn phase, like the weights (_weights); else nothing worth loading. Only the keys: the values,
-    needed after the scores, load in the scores' shadow, and both would cost more registers than
-    the phase has (sm_90: 450-680 bytes of spills)."""
+    that opens the attn phase, like the weights (_weights); else nothing worth loading. Only the
+    keys: the values, needed after the scores, load in the scores' shadow, and holding both
+    spilled more (sm_90 compile, 384-1152 wide: 436-684 bytes at batch 1-8, against 12-20 at
+    batch 1 and 148-564 at batch 4 and 8 for the keys alone)."""
     if AHEAD:
         k = _cache_block(KC, bh, pos, NB, H, D, W_CACHE, BT, BD)
     else:
