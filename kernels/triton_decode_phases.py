@@ -4,8 +4,9 @@ the residual stream they read and add to is in kernels/triton_decode_stream.py.
 Every phase spreads its tiles over the grid (`for tile in range(pid, tiles, nprog)`); when a
 phase gives each program at most one weight tile and one reduction chunk (ONE, chosen by the
 plan), that tile loads while the program waits at the barrier opening the phase (_weights), so
-only the activations -- a few KB written by the phase before -- are waited for after it. Activations
-written by other programs are read with cache_modifier=".cg": from L2, never from a stale L1 line."""
+only the activations -- a few KB written by the phase before -- are waited for after it.
+Activations written by other programs are read with cache_modifier=".cg": from L2, never from a
+stale L1 line."""
 import triton
 import triton.language as tl
 

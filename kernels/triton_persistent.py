@@ -22,9 +22,9 @@ S is the residual stream, a slot per phase: phase p reads S[p] and adds into S[p
 residual term itself folded in by one program. The phases are in kernels/triton_decode_phases.py
 (the attention in kernels/triton_decode_attention.py), the stream (and each program's copy of a
 slot, XS) in kernels/triton_decode_stream.py; the tiles come from the shape (decode/persistent.py:
-plan). Accumulation is fp32, and the residual stream, q/k/v and the MLP
-hidden state are kept in fp32; from batch 2 the tensor-core products read them in the weights'
-dtype. The cache keeps the weights' dtype, as every other path's does.
+plan). Accumulation is fp32, and the residual stream, q/k/v and the MLP hidden state are kept in
+fp32; from batch 2 the tensor-core products read them in the weights' dtype. The cache keeps the
+weights' dtype, as every other path's does.
 
 The grid must be co-resident (at most one program per SM, nothing else running), or the barrier
 never opens. Under TRITON_INTERPRET=1 the programs run one after another, so the grid is one

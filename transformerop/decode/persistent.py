@@ -189,8 +189,8 @@ class Persistent(Static):
             return torch.zeros(*shape, device=dev, dtype=torch.float32)
 
         self.tiles = tiles
-        # STREAM: the residual stream, a slot per phase; XS: each program's own copy of the slot its phase
-        # reads (kernels/triton_decode_stream.py)
+        # STREAM: the residual stream, a slot per phase; XS: each program's own copy of the slot its
+        # phase reads (kernels/triton_decode_stream.py)
         # Y: every row's attention output, when the projection is shared by the rows (attn_proj=head)
         self.buf = {"STREAM": scratch(2 * L + 1, B, C), "QKV": scratch(B, 3 * C),
                     "XS": scratch(self.programs, B, C), "Y": scratch(B, C)}
@@ -228,8 +228,9 @@ class Persistent(Static):
         barrier that opens it to the next, so it includes that barrier's wait (during which the
         next phase's weights load). Beside each kind, phase_work_us_<kind>: per phase the time its
         busiest program spent from leaving one barrier to its arrival at the next (its mean over
-        the steps), summed like the phases; the rest of the phase is the barrier's own wait. And barrier_us: the mean
-        time of an empty barrier on the same grid, what no work inside the phases can remove."""
+        the steps), summed like the phases; the rest of the phase is the barrier's own wait. And
+        barrier_us: the mean time of an empty barrier on the same grid, what no work inside the
+        phases can remove."""
         k, L = self.kern, self.shape["L"]
         names = [*k.LAYER_PHASES * L, *k.TOKEN_PHASES]
         self.stamps = []
