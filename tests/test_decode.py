@@ -181,6 +181,21 @@ def test_compiled_matches_recompute_on_cpu():
         torch.testing.assert_close(logits, window_logits(model, out, 3, 2 * W + 3), atol=1e-5, rtol=0)
 
 
+def test_parity_explains_a_token_flip_only_by_a_near_tie_in_bf16_too():
+    """The one parity check in bf16: the same sampling gives the same tokens and passes; a planted
+    fault -- the path samples with another seed's noise, its logits untouched -- flips tokens far
+    from any tie, which the logit check alone would let through, and must be refused."""
+    from transformerop.decode.parity import parity
+    from transformerop.measure.reference import Mismatch
+    model, prompt = tiny_gpt().to(torch.bfloat16), make_prompt()
+    dec = Decoder(model, "static", prompt.size(0), prompt.size(1) + 20, temperature=1.0)
+    same = parity(model, dec, prompt, 20, "bfloat16", seeded=lambda: torch.Generator().manual_seed(4))
+    assert same["parity_tokens_agree"] == 20
+    seeds = iter((4, 5))  # the reference draws first, then the path
+    with pytest.raises(Mismatch, match="differs from the reference path in row"):
+        parity(model, dec, prompt, 20, "bfloat16", seeded=lambda: torch.Generator().manual_seed(next(seeds)))
+
+
 # -- task=generate through the CLI ------------------------------------------------------------------
 def run_cli(tmp, *overrides):
     cmd = [sys.executable, "run.py", "task=generate", "logger=none", f"hydra.run.dir={tmp}", "train.progress=false",
