@@ -1,10 +1,14 @@
 """The phases of one decode step in kernels/triton_persistent.py, one @triton.jit function each;
 the residual stream they read and add to is in kernels/triton_decode_stream.py.
 
-Every phase spreads its tiles over the grid (`for tile in range(pid, tiles, nprog)`); when a
-phase gives each program at most one weight tile and one reduction chunk (ONE, chosen by the
-plan), that tile loads while the program waits at the barrier opening the phase (_weights), so
-only the activations -- a few KB written by the phase before -- are waited for after it.
+Every phase spreads its tiles over the grid (`for tile in range(pid, tiles, nprog)`). A
+program's first weight chunk loads while it waits at the barrier opening the phase (_weights):
+when that is its one tile and one reduction chunk (ONE, chosen by the plan), only the
+activations -- a few KB written by the phase before -- are waited for after it. Otherwise, with
+AHEAD, each chunk's load is issued before the previous chunk's products, so that two chunks are
+always in flight -- across tiles, and in the MLP from its first product's weights to its
+second's: the software pipeliner (STAGES) does not take the multiply-add form's loads, and loads
+issued one at a time stream at a fraction of the bandwidth.
 Activations written by other programs are read with cache_modifier=".cg": from L2, never from a
 stale L1 line."""
 import triton
@@ -16,14 +20,20 @@ NEG = tl.constexpr(-1.0e30)  # a finite "minus infinity": exp(NEG - NEG) must no
 
 
 @triton.jit
-def _weights(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr):
-    """The block W[r0:r_end, c0:c_end] (row stride ld) padded to (BN, BK), when ONE; else nothing
-    worth loading (the phase loads its chunks itself)."""
+def _block(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr):
+    """The block W[r0:r_end, c0:c_end] (row stride ld) padded to (BN, BK) with zeros."""
     offs_n = r0 + tl.arange(0, BN)
     offs_k = c0 + tl.arange(0, BK)
-    if ONE:
-        w = tl.load(W + offs_n[:, None] * ld + offs_k[None, :],
-                    mask=(offs_n < r_end)[:, None] & (offs_k < c_end)[None, :], other=0.0)
+    return tl.load(W + offs_n[:, None] * ld + offs_k[None, :],
+                   mask=(offs_n < r_end)[:, None] & (offs_k < c_end)[None, :], other=0.0)
+
+
+@triton.jit
+def _weights(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, LOAD: tl.constexpr):
+    """The block W[r0:r_end, c0:c_end] padded to (BN, BK) when LOAD (the phase's first chunk,
+    loaded at the barrier); else nothing worth loading (the phase loads its chunks itself)."""
+    if LOAD:
+        w = _block(W, r0, r_end, c0, c_end, ld, BN, BK)
     else:
         w = tl.zeros([BN, BK], dtype=W.dtype.element_ty)
     return w
@@ -32,11 +42,22 @@ def _weights(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, ON
 @triton.jit
 def _tile_rows(tile, N: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr):
     """Output rows of a tile when the N rows come in groups of GROUP (a head's q, k, v) that no
-    tile straddles: (first row, end of its group)."""
+    tile straddles: (first row, end of its group); a tile past the last has none."""
     per_group: tl.constexpr = (GROUP + BN - 1) // BN
     g = tile // per_group
     r0 = g * GROUP + (tile % per_group) * BN
     return r0, tl.minimum((g + 1) * GROUP, N)
+
+
+@triton.jit
+def _next_chunk(W, tile, k0, nprog, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr,
+                BK: tl.constexpr):
+    """The weight chunk after (tile, k0) in a program's walk over its tiles (AHEAD): the tile's
+    next chunk, or the first of its next tile (nothing past the last tile)."""
+    last = k0 + BK >= K
+    r0, r_end = _tile_rows(tl.where(last, tile + nprog, tile), N, GROUP, BN)
+    c0 = tl.where(last, 0, k0 + BK)
+    return _block(W, r0, r_end, c0, K, K, BN, BK)
 
 
 @triton.jit
@@ -73,13 +94,27 @@ def _reduced(acc, DOT: tl.constexpr):
 
 
 @triton.jit
+def _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr,
+                 BK: tl.constexpr, ONE: tl.constexpr, HAS_LN_B: tl.constexpr):
+    """The LayerNorm of the whole slot, once a phase, when one chunk covers it but a program has
+    several tiles (not ONE): every tile's products take the same input, which would otherwise be
+    read back from XS and normalised again for each tile; else nothing."""
+    if BK >= K and not ONE:
+        x = _normed_input(0, mean, rstd, X, X, X, 0, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, False, HAS_LN_B)
+    else:
+        x = tl.zeros([B_PAD, BK], dtype=tl.float32)
+    return x
+
+
+@triton.jit
 def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, OUT, KC, VC, CNT, pos,
             NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
-            H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-            ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr,
-            QKV: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
+            H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, HAS_BIAS: tl.constexpr,
+            HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr, QKV: tl.constexpr, DOT: tl.constexpr,
+            PREC: tl.constexpr, STAGES: tl.constexpr):
     """OUT[b, n] = LN(X[b]) . W[n, :] (+ BIAS[n]) for every row b < NB of the stream slot X, over
-    this program's tiles of BN outputs (w_pre: the one tile, when ONE). QKV: W's rows are
+    this program's tiles of BN outputs (w_pre: its first chunk, when ONE or AHEAD). QKV: W's rows are
     head-major (head h's q, k, v are rows h*3D .. (h+1)*3D, GROUP = 3D); k and v are also written
     at slot `pos` of the (B, H, W, D) caches, program 0 folds X (+ FOLD_B) into the next slot NXT,
     and each tile counts itself done on its head's counter (CNT[h], release) for the attention
@@ -89,6 +124,8 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, OUT
     XS += pid * NB * K  # this program's copy of the stream
     mean, rstd = _stats(X, NXT, FOLD_B, (pid == 0) * QKV, XS, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS, STAGES)
     tiles: tl.constexpr = (N // GROUP) * ((GROUP + BN - 1) // BN)
+    x_whole = _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, HAS_LN_B)
+    w_next = w_pre
     for tile in range(pid, tiles, nprog):
         r0, r_end = _tile_rows(tile, N, GROUP, BN)
         offs_n = r0 + tl.arange(0, BN)
@@ -96,14 +133,18 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, OUT
         acc = _zeros(BN, B_PAD, DOT)
         fold = (tile == 0) * QKV  # program 0's first tile folds the slot into the next
         for k0 in tl.range(0, K, BK, num_stages=STAGES):  # STAGES chunks of W in flight
-            x = _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
-                              HAS_BIAS, HAS_LN_B)
+            if BK >= K and not ONE:
+                x = x_whole
+            else:
+                x = _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
+                                  HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = w_pre
+            elif AHEAD:
+                w = w_next
+                w_next = _next_chunk(W, tile, k0, nprog, N, K, GROUP, BN, BK)
             else:
-                offs_k = k0 + tl.arange(0, BK)
-                w = tl.load(W + offs_n[:, None] * K + offs_k[None, :], mask=n_ok[:, None] & (offs_k < K)[None, :],
-                            other=0.0)
+                w = _block(W, r0, r_end, k0, K, K, BN, BK)
             acc = _product(acc, w, x, DOT, PREC)
         out = _reduced(acc, DOT)
         if HAS_BIAS_OUT:
@@ -133,30 +174,43 @@ def _wait(CNT, target):
 @triton.jit
 def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, W_P2T, LN_W, LN_B, eps,
          NB: tl.constexpr, C: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
-         BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr,
-         DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
+         BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, HAS_BIAS: tl.constexpr,
+         HAS_LN_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
     """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(X) W_fc^T (+b))
     for them (X: the stream slot x + attention), and adds their share h W_proj2[:, units]^T into
     the next slot XM with fp32 atomics (the sum's order varies from run to run, so fp32 results
     can differ in the last bits); program 0 also folds X (+ FOLD_B, b_proj2) into XM. W_P2T is
-    W_proj2 transposed (4C, C): a program's units are contiguous rows."""
+    W_proj2 transposed (4C, C): a program's units are contiguous rows, and its chunks of W_fc and
+    of W_P2T are blocks of one shape (BC == BK), which AHEAD loads one ahead as a single walk."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     XS += pid * NB * C
     mean, rstd = _stats(X, XM, FOLD_B, pid == 0, XS, eps, NB, C, B_PAD, BK, ONE, HAS_BIAS, STAGES)
+    tl.static_assert(ONE or not AHEAD or BC == BK)
+    x_whole = _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, HAS_LN_B)
+    w_next = wfc_pre
     for tile in range(pid, tl.cdiv(4 * C, BN), nprog):
-        offs_n = tile * BN + tl.arange(0, BN)
-        n_ok = offs_n < 4 * C
+        r0 = tile * BN
+        r_end = 4 * C
+        offs_n = r0 + tl.arange(0, BN)
+        n_ok = offs_n < r_end
         acc = _zeros(BN, B_PAD, DOT)
         for k0 in tl.range(0, C, BK, num_stages=STAGES):
-            x = _normed_input(k0, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0), XS, LN_W, LN_B, eps, NB, C,
-                              B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
+            if BK >= C and not ONE:
+                x = x_whole
+            else:
+                x = _normed_input(k0, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0), XS, LN_W, LN_B, eps, NB,
+                                  C, B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = wfc_pre
+            elif AHEAD:  # next: this tile's next chunk of W_fc, or its first of W_P2T
+                w = w_next
+                if k0 + BK < C:
+                    w_next = _block(W_FC, r0, r_end, k0 + BK, C, C, BN, BK)
+                else:
+                    w_next = _block(W_P2T, r0, r_end, 0, C, C, BN, BK)
             else:
-                offs_k = k0 + tl.arange(0, BK)
-                w = tl.load(W_FC + offs_n[:, None] * C + offs_k[None, :],
-                            mask=n_ok[:, None] & (offs_k < C)[None, :], other=0.0)
+                w = _block(W_FC, r0, r_end, k0, C, C, BN, BK)
             acc = _product(acc, w, x, DOT, PREC)
         h = _reduced(acc, DOT)
         if HAS_BIAS:
@@ -167,9 +221,14 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, W_P2T, LN_
             c_ok = offs_c < C
             if ONE:
                 w2 = wp2_pre
+            elif AHEAD:  # next: this tile's next chunk of W_P2T, or the first of W_fc of its next tile
+                w2 = w_next
+                if c0 + BC < C:
+                    w_next = _block(W_P2T, r0, r_end, c0 + BC, C, C, BN, BC)
+                else:
+                    w_next = _block(W_FC, r0 + nprog * BN, 4 * C, 0, C, C, BN, BK)
             else:
-                w2 = tl.load(W_P2T + offs_n[:, None] * C + offs_c[None, :], mask=n_ok[:, None] & c_ok[None, :],
-                             other=0.0)
+                w2 = _block(W_P2T, r0, r_end, c0, C, C, BN, BC)
             if DOT:
                 part = tl.dot(h.to(w2.dtype), w2, input_precision=PREC)
             else:

@@ -60,13 +60,13 @@ print("SAMPLED_NO_TOP_K", torch.equal(*plain))
 # the one-tile form of every phase, its weights loaded ahead)
 m = model(False, 64, 64)
 prompt = torch.randint(20, (3, 40))
-loops = {{"BT": 16, "BN_QKV": 16, "BK_QKV": 32, "O_CHUNKS": 3, "BN_O": 16, "BN_FC": 64, "BK_FC": 32, "BC_FC": 16, "BN_V": 16,
-         "CH": 8, "ONE_QKV": False, "ONE_O": False, "ONE_FC": False, "ONE_V": False}}
-for batch in (3, 1):
-    tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops}}
-    ref, _ = run(m, "recompute", batch, 40 + 8, temperature=0)
-    mine, _ = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
-    print(f"TILED_TOKENS_{{batch}}", torch.equal(mine, ref), tiles["DOT"])
+loops = {{"BT": 16, "BN_QKV": 16, "BK_QKV": 32, "O_CHUNKS": 3, "BN_O": 16, "BN_FC": 64, "BK_FC": 32, "BC_FC": 32, "BN_V": 16,
+         "CH": 8, "ONE_QKV": False, "ONE_O": False, "ONE_FC": False, "ONE_V": False, "AHEAD": False}}
+for batch in (3, 1):  # each weight chunk loaded one ahead, across tiles and from W_fc's to W_proj2's
+    tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops, "AHEAD": True}}
+    ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
+    mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
+    print(f"TILED_TOKENS_{{batch}}", torch.equal(mine, ref), tiles["DOT"], (mine_logits - ref_logits).abs().max().item())
 tiles = {{**plan(64, 4, 20, 64, 3, 1), **loops}}
 sampled = [run(m, p, 3, 40 + 8, tiles=tiles if p == "persistent" else None, temperature=0.7, top_k=4)[0]
            for p in ("recompute", "persistent")]
@@ -93,8 +93,11 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     assert float(lines["LOGITS"]) < 1e-5
     assert lines["SAMPLED"] == "True"  # same seed, same Gumbel noise, same top-k cut, same text
     assert lines["SAMPLED_NO_TOP_K"] == "True"
-    assert lines["TILED_TOKENS_3"] == "True True"  # tensor cores
-    assert lines["TILED_TOKENS_1"] == "True False"  # multiply-adds
+    # tokens and logits: the first chunk of W_proj2 loaded one ahead from the wrong columns kept the
+    # tokens and moved the logits by 0.23
+    for batch, dot in ((3, "True"), (1, "False")):  # tensor cores, multiply-adds
+        tokens, form, diff = lines[f"TILED_TOKENS_{batch}"].split()
+        assert (tokens, form) == ("True", dot) and float(diff) < 1e-5
     assert lines["TILED_SAMPLED"] == "True"
     for batch in (3, 1):  # tokens alone are not enough: a wrong head's y kept them and moved logits by 0.16
         tokens, shared, diff = lines[f"SHARED_{batch}"].split()
@@ -152,6 +155,7 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
         assert 1 <= t["STAGES"] <= 3 and 2 * t["STAGES"] * chunk <= SHARED_MEMORY and (elem == 2 or t["STAGES"] == 1)
         assert t["STAGES"] == 1 or -(-C // t["BK_FC"]) >= 2 * t["STAGES"]
+        assert t["AHEAD"] == (not t["DOT"])  # chunks one ahead on the multiply-add form alone
     # the rows measured on the H200: sharing the projection won at 1152 wide, batch 4 and 8, and
     # 768 wide, batch 8; lost at 768 wide, batch 4, and 384 wide, batch 8. Pipelining won at 1152
     # wide, batch 4 and 8 (nine chunks a tile), not at 768 wide, batch 8 (three)
@@ -173,11 +177,13 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     (384, 6, 6, 1, "bf16", "rounds", "row"), (384, 6, 6, 8, "bf16", "rounds", "row"),
     (1152, 18, 18, 4, "bf16", "rounds", "row"), (1152, 18, 18, 8, "bf16", "bytes", "row"),
     (768, 4, 12, 3, "fp32", "rounds", "row"), (1152, 18, 18, 8, "bf16", "bytes", "head"),
-    (384, 6, 6, 1, "bf16", "bytes", "head"), (1152, 2, 18, 3, "fp32", "bytes", "auto")])
+    (384, 6, 6, 1, "bf16", "bytes", "head"), (1152, 2, 18, 3, "fp32", "bytes", "auto"),
+    (1152, 18, 18, 1, "bf16", "bytes", "row")])
 def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost, proj):
     """conftest.compile_for_h200 at the plan's tiles, its pipelined weight chunks (STAGES) in the
     H200's shared memory; fp32 at 1152 wide, batch 3, pipelined three deep as the GPU test forces
-    it (the plan does not pipeline fp32), the most shared memory the loops can ask for."""
+    it (the plan does not pipeline fp32), the most shared memory the loops can ask for; 1152 wide
+    at batch 1, its chunks loaded one ahead over several tiles (AHEAD)."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent import plan
     tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2)

@@ -111,6 +111,10 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
     stages = max(1, min(stages, SHARED_MEMORY // (2 * chunk))) if elem == 2 else 1
     t["STAGES"] = stages if triton.cdiv(C, t["BK_FC"]) >= 2 * stages else 1
+    # the multiply-add form's chunks load one ahead (the pipeliner does not stream them): on the
+    # H200 1.05x at 1152 wide, batch 1; the tensor cores' unpipelined tiles held the extra chunk
+    # in spilled registers (0.95x at 768 wide, batch 4 and 8)
+    t["AHEAD"] = not dot
     return t
 
 
