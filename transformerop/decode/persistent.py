@@ -46,7 +46,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     (its parts before each program kept its own copy; the weighting the H200 ranked best: wider
     MLP tiles at 1152 wide, batch 4 and 8, 1.27-1.28x the rounds ranking). The qkv tiles
     never straddle two heads (each head's attention waits on its own tiles). A phase that then
-    needs one round (ONE) loads its weights at the barrier that opens it. The projection's
+    needs one round (ONE) loads its weights at the barrier that opens it; on the multiply-add
+    form (AHEAD) any other phase loads its first chunk there and each later one a chunk ahead of
+    the products. The projection's
     items -- (row, head, chunk of its outputs), or with proj="head" (head, chunk) for every row at
     once (decode.attn_proj; "auto": shared where that saves SHARE_BYTES of W_proj reads a layer)
     -- use as many chunks as there are programs for them; a chunk small enough to hold through the
@@ -54,7 +56,8 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     (decode.stages), as deep as SHARED_MEMORY holds that many of the largest chunk. elem: bytes
     of a weight."""
     # eight warps a program: their doubled register budget holds twice the bytes in flight and
-    # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d)
+    # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d); sixteen,
+    # with the budget doubled again, spilled and lost at batch 1 (h200-2026-12-02d)
     num_warps = num_warps or 8
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
     dot = batch > 1  # several rows: the tensor cores (a 16-row tile, padded) instead of per-row FMAs

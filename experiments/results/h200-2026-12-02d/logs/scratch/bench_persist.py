@@ -19,6 +19,7 @@ for C, L, H, B in rows:
     bt = opts.pop("BT", None)  # a tile override: the cache's slot block
     opts_programs = opts.pop("programs", None)  # a grid of fewer programs than SMs
     plan_batch = opts.pop("plan_batch", None)  # the tiles planned as for this batch (2: tensor cores at batch 1)
+    warps = opts.pop("warps", None)  # the tiles planned for this many warps a program (the budget scales with them)
     extra = opts.pop("tiles", {})  # any tile keys, over the plan's
     no_span = opts.pop("no_span", False)  # tiles of BN rows (SPAN = BN), as before spans
     dcfg = OmegaConf.create(opts)
@@ -34,6 +35,11 @@ for C, L, H, B in rows:
         from transformerop.decode.persistent import plan
         r = dec.runner
         r.set_tiles(plan(C, H, 65, 256, plan_batch, r.programs, cost=str(dcfg.get("tile_cost", "bytes")),
+                         proj=str(dcfg.get("attn_proj", "auto")), stages=int(dcfg.get("stages", 3)), elem=2))
+    if warps:
+        from transformerop.decode.persistent import plan
+        r = dec.runner
+        r.set_tiles(plan(C, H, 65, 256, B, r.programs, num_warps=warps, cost=str(dcfg.get("tile_cost", "bytes")),
                          proj=str(dcfg.get("attn_proj", "auto")), stages=int(dcfg.get("stages", 3)), elem=2))
     if bt:
         dec.runner.tiles["BT"] = bt
