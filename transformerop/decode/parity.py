@@ -6,8 +6,8 @@ two tokens' sampling scores within NEAR_TIE of their range in fp32, within the l
 bf16, whose logits may be that far off: rounding may pick either side of a tie, a wrong kernel
 does not stay that close; kernels that sum with atomics round differently from run to run).
 Logits are compared while the tokens agree (same context): within the tolerance table's entry
-for the run's precision. task=generate's gate, bench's
-generate check and task=validate's decode rows all call this."""
+for the run's precision. task=generate's gate, bench's generate check and task=validate's decode
+rows all call this."""
 import torch
 
 from ..measure.reference import Mismatch, check_precision, float64_model, rel_err, tolerance
