@@ -95,12 +95,12 @@ def _reduced(acc, DOT: tl.constexpr):
 
 @triton.jit
 def _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr,
-                 BK: tl.constexpr, ONE: tl.constexpr, HAS_LN_B: tl.constexpr):
-    """The LayerNorm of the whole slot, once a phase, when one chunk covers it but a program has
-    several tiles (not ONE): every tile's products take the same input, which would otherwise be
-    read back from XS and normalised again for each tile; else nothing."""
-    if BK >= K and not ONE:
-        x = _normed_input(0, mean, rstd, X, X, X, 0, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, False, HAS_LN_B)
+                 BK: tl.constexpr, WHOLE: tl.constexpr, HAS_LN_B: tl.constexpr):
+    """With WHOLE (one chunk covers the slot, but a program may have several tiles: not ONE), the
+    LayerNorm of the whole slot, once a phase: every tile's products take the same input, which
+    would otherwise be read back from XS and normalised again for each tile; else nothing."""
+    if WHOLE:
+        x = _normed_input(0, mean, rstd, X, X, X, 0, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, False, False, HAS_LN_B)
     else:
         x = tl.zeros([B_PAD, BK], dtype=tl.float32)
     return x
@@ -124,7 +124,8 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, OUT
     XS += pid * NB * K  # this program's copy of the stream
     mean, rstd = _stats(X, NXT, FOLD_B, (pid == 0) * QKV, XS, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS, STAGES)
     tiles: tl.constexpr = (N // GROUP) * ((GROUP + BN - 1) // BN)
-    x_whole = _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, HAS_LN_B)
+    WHOLE: tl.constexpr = BK >= K and not ONE
+    x_whole = _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, WHOLE, HAS_LN_B)
     w_next = w_pre
     for tile in range(pid, tiles, nprog):
         r0, r_end = _tile_rows(tile, N, GROUP, BN)
@@ -133,7 +134,7 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, OUT
         acc = _zeros(BN, B_PAD, DOT)
         fold = (tile == 0) * QKV  # program 0's first tile folds the slot into the next
         for k0 in tl.range(0, K, BK, num_stages=STAGES):  # STAGES chunks of W in flight
-            if BK >= K and not ONE:
+            if WHOLE:
                 x = x_whole
             else:
                 x = _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
@@ -187,7 +188,8 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, W_P2T, LN_
     XS += pid * NB * C
     mean, rstd = _stats(X, XM, FOLD_B, pid == 0, XS, eps, NB, C, B_PAD, BK, ONE, HAS_BIAS, STAGES)
     tl.static_assert(ONE or not AHEAD or BC == BK)
-    x_whole = _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, HAS_LN_B)
+    WHOLE: tl.constexpr = BK >= C and not ONE
+    x_whole = _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, WHOLE, HAS_LN_B)
     w_next = wfc_pre
     for tile in range(pid, tl.cdiv(4 * C, BN), nprog):
         r0 = tile * BN
@@ -196,7 +198,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, W_P2T, LN_
         n_ok = offs_n < r_end
         acc = _zeros(BN, B_PAD, DOT)
         for k0 in tl.range(0, C, BK, num_stages=STAGES):
-            if BK >= C and not ONE:
+            if WHOLE:
                 x = x_whole
             else:
                 x = _normed_input(k0, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0), XS, LN_W, LN_B, eps, NB,

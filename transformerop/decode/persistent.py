@@ -48,13 +48,12 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     never straddle two heads (each head's attention waits on its own tiles). A phase that then
     needs one round (ONE) loads its weights at the barrier that opens it; on the multiply-add
     form (AHEAD) any other phase loads its first chunk there and each later one a chunk ahead of
-    the products. The projection's
-    items -- (row, head, chunk of its outputs), or with proj="head" (head, chunk) for every row at
-    once (decode.attn_proj; "auto": shared where that saves SHARE_BYTES of W_proj reads a layer)
-    -- use as many chunks as there are programs for them; a chunk small enough to hold through the
-    qkv phase loads ahead too (ONE_O). STAGES: the weight-chunk loops' software-pipelining depth
-    (decode.stages), as deep as SHARED_MEMORY holds that many of the largest chunk. elem: bytes
-    of a weight."""
+    the products. The projection's items -- (row, head, chunk of its outputs), or with
+    proj="head" (head, chunk) for every row at once (decode.attn_proj; "auto": shared where that
+    saves SHARE_BYTES of W_proj reads a layer) -- use as many chunks as there are programs for
+    them; a chunk small enough to hold through the qkv phase loads ahead too (ONE_O). STAGES:
+    the weight-chunk loops' software-pipelining depth (decode.stages), as deep as SHARED_MEMORY
+    holds that many of the largest chunk. elem: bytes of a weight."""
     # eight warps a program: their doubled register budget holds twice the bytes in flight and
     # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d); sixteen,
     # with the budget doubled again, spilled and lost at batch 1 (h200-2026-12-02d)
