@@ -1,12 +1,16 @@
 """TransformerOp entry point: compose the config, run the chosen task, record the results."""
 import sys
 
-import hydra
+from transformerop import cuda_early
 
-from transformerop import clock
-from transformerop.config import register
-from transformerop.jobs import compose_once, objective, run_job
-from transformerop.tracking import SweepSummary
+cuda_early.start()  # the driver and the GPU's context start while the imports below run
+
+import hydra  # noqa: E402
+
+from transformerop import clock  # noqa: E402
+from transformerop.config import register  # noqa: E402
+from transformerop.jobs import compose_once, objective, run_job  # noqa: E402
+from transformerop.tracking import SweepSummary  # noqa: E402
 
 clock.imports_done()
 register()
