@@ -14,7 +14,7 @@ stale L1 line."""
 import triton
 import triton.language as tl
 
-from .triton_decode_stream import _normed_input, _stats
+from .triton_decode_stream import COPY, _folded, _moments, _phase_input, _tile_input
 
 NEG = tl.constexpr(-1.0e30)  # a finite "minus infinity": exp(NEG - NEG) must not be NaN
 
@@ -94,27 +94,15 @@ def _reduced(acc, DOT: tl.constexpr):
 
 
 @triton.jit
-def _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr,
-                 BK: tl.constexpr, WHOLE: tl.constexpr, HAS_LN_B: tl.constexpr):
-    """With WHOLE (one chunk covers the slot, but a program may have several tiles: not ONE), the
-    LayerNorm of the whole slot, once a phase: every tile's products take the same input, which
-    would otherwise be read back from XS and normalised again for each tile; else nothing."""
-    if WHOLE:
-        x = _normed_input(0, mean, rstd, X, X, X, 0, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, False, False, HAS_LN_B)
-    else:
-        x = tl.zeros([B_PAD, BK], dtype=tl.float32)
-    return x
-
-
-@triton.jit
-def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, OUT, KC, VC, CNT, pos,
+def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, OUT, KC, VC, CNT, pos,
             NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
             H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
-            BK: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, HAS_BIAS: tl.constexpr,
+            BK: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr, HAS_BIAS: tl.constexpr,
             HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr, QKV: tl.constexpr, DOT: tl.constexpr,
             PREC: tl.constexpr, STAGES: tl.constexpr):
     """OUT[b, n] = LN(X[b]) . W[n, :] (+ BIAS[n]) for every row b < NB of the stream slot X, over
-    this program's tiles of BN outputs (w_pre: its first chunk, when ONE or AHEAD). QKV: W's rows are
+    this program's tiles of BN outputs (w_pre: its first chunk, when ONE or AHEAD; U: FOLD's u
+    and c, kernels/triton_decode_stream.py). QKV: W's rows are
     head-major (head h's q, k, v are rows h*3D .. (h+1)*3D, GROUP = 3D); k and v are also written
     at slot `pos` of the (B, H, W, D) caches, program 0 folds X (+ FOLD_B) into the next slot NXT,
     and each tile counts itself done on its head's counter (CNT[h], release) for the attention
@@ -122,23 +110,23 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, OUT
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     XS += pid * NB * K  # this program's copy of the stream
-    mean, rstd = _stats(X, NXT, FOLD_B, (pid == 0) * QKV, XS, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS, STAGES)
     tiles: tl.constexpr = (N // GROUP) * ((GROUP + BN - 1) // BN)
     WHOLE: tl.constexpr = BK >= K and not ONE
-    x_whole = _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, WHOLE, HAS_LN_B)
+    mean, rstd, x_whole = _phase_input(X, NXT, FOLD_B, (pid == 0) * QKV, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
+                                       WHOLE, FOLD, HAS_BIAS, HAS_LN_B, STAGES)
     w_next = w_pre
     for tile in range(pid, tiles, nprog):
         r0, r_end = _tile_rows(tile, N, GROUP, BN)
         offs_n = r0 + tl.arange(0, BN)
         n_ok = offs_n < r_end
         acc = _zeros(BN, B_PAD, DOT)
+        s1 = tl.zeros([B_PAD], dtype=tl.float32)  # FOLD: the tile's rows' sums, chunk by chunk
+        s2 = s1
         fold = (tile == 0) * QKV  # program 0's first tile folds the slot into the next
         for k0 in tl.range(0, K, BK, num_stages=STAGES):  # STAGES chunks of W in flight
-            if WHOLE:
-                x = x_whole
-            else:
-                x = _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
-                                  HAS_BIAS, HAS_LN_B)
+            x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, NXT, FOLD_B, fold, tile == pid,
+                                    tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, WHOLE, FOLD,
+                                    HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = w_pre
             elif AHEAD:
@@ -147,8 +135,14 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, OUT
             else:
                 w = _block(W, r0, r_end, k0, K, K, BN, BK)
             acc = _product(acc, w, x, DOT, PREC)
+        if FOLD == COPY and not WHOLE:
+            tl.debug_barrier()  # the first tile's copy in XS is read by the program's other threads
         out = _reduced(acc, DOT)
-        if HAS_BIAS_OUT:
+        if FOLD:  # the LayerNorm after the products; c holds the bias
+            if not WHOLE:
+                mean, rstd = _moments(s1, s2, K, eps)
+            out = _folded(out, mean, rstd, U, offs_n, n_ok, N)
+        elif HAS_BIAS_OUT:
             out += tl.load(BIAS + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         out_ok = row_ok[:, None] & n_ok[None, :]
         tl.store(OUT + rows[:, None] * N + offs_n[None, :], out, mask=out_ok)
@@ -173,9 +167,10 @@ def _wait(CNT, target):
 
 
 @triton.jit
-def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, W_P2T, LN_W, LN_B, eps,
+def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps,
          NB: tl.constexpr, C: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
-         BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, HAS_BIAS: tl.constexpr,
+         BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr,
+         HAS_BIAS: tl.constexpr,
          HAS_LN_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
     """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(X) W_fc^T (+b))
     for them (X: the stream slot x + attention), and adds their share h W_proj2[:, units]^T into
@@ -186,23 +181,24 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, W_P2T, LN_
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     XS += pid * NB * C
-    mean, rstd = _stats(X, XM, FOLD_B, pid == 0, XS, eps, NB, C, B_PAD, BK, ONE, HAS_BIAS, STAGES)
     tl.static_assert(ONE or not AHEAD or BC == BK)
     WHOLE: tl.constexpr = BK >= C and not ONE
-    x_whole = _whole_input(mean, rstd, X, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, WHOLE, HAS_LN_B)
+    mean, rstd, x_whole = _phase_input(X, XM, FOLD_B, pid == 0, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, WHOLE,
+                                       FOLD, HAS_BIAS, HAS_LN_B, STAGES)
     w_next = wfc_pre
-    for tile in range(pid, tl.cdiv(4 * C, BN), nprog):
+    tiles = tl.cdiv(4 * C, BN)
+    for tile in range(pid, tiles, nprog):
         r0 = tile * BN
         r_end = 4 * C
         offs_n = r0 + tl.arange(0, BN)
         n_ok = offs_n < r_end
         acc = _zeros(BN, B_PAD, DOT)
+        s1 = tl.zeros([B_PAD], dtype=tl.float32)  # FOLD: the tile's rows' sums, chunk by chunk
+        s2 = s1
         for k0 in tl.range(0, C, BK, num_stages=STAGES):
-            if WHOLE:
-                x = x_whole
-            else:
-                x = _normed_input(k0, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0), XS, LN_W, LN_B, eps, NB,
-                                  C, B_PAD, BK, ONE, HAS_BIAS, HAS_LN_B)
+            x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0),
+                                    tile == pid, tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE,
+                                    WHOLE, FOLD, HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = wfc_pre
             elif AHEAD:  # next: this tile's next chunk of W_fc, or its first of W_P2T
@@ -214,8 +210,14 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, W_P2T, LN_
             else:
                 w = _block(W_FC, r0, r_end, k0, C, C, BN, BK)
             acc = _product(acc, w, x, DOT, PREC)
+        if FOLD == COPY and not WHOLE:
+            tl.debug_barrier()  # the first tile's copy in XS is read by the program's other threads
         h = _reduced(acc, DOT)
-        if HAS_BIAS:
+        if FOLD:  # the LayerNorm after the products; c holds b_fc
+            if not WHOLE:
+                mean, rstd = _moments(s1, s2, C, eps)
+            h = _folded(h, mean, rstd, U, offs_n, n_ok, 4 * C)
+        elif HAS_BIAS:
             h += tl.load(B_FC + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         h = 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))  # exact (erf) GELU, as F.gelu
         for c0 in tl.range(0, C, BC, num_stages=STAGES):

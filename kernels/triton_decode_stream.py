@@ -14,9 +14,22 @@ stream, not the three it would otherwise sum, and needs no phase in between to g
 1..2L are zeroed again in the sample phase, after their last reader. A phase of several tiles
 or chunks reads its slot once a program, into XS, its own copy (_stats), and its tiles read
 that. The slots are written by other programs, so they are read with cache_modifier=".cg":
-from L2, never from a stale L1 line."""
+from L2, never from a stale L1 line.
+
+A phase with FOLD (COPY or SLOT; 0: the pass above) moves its LayerNorm past its products:
+LN(x) W^T + b = rstd (x*g W^T - mean u) + c, with u = W g and c = W beta + b for each output
+(decode/persistent.py works them out once, in float64, from the weights the kernel reads). Its
+tiles read the slot raw, scaled by g (_raw_chunk), and gather each row's sums from the same
+chunks, so no pass over the slot comes before the first product. (With x far from zero mean,
+x*g W^T - mean u cancels more than the centred form: fp32 accumulation keeps that to a few ulps
+of |x|; the parity gate decides in bf16.)"""
 import triton
 import triton.language as tl
+
+# FOLD's forms (module constants a @triton.jit body reads must be tl.constexpr): the first tile
+# copies the slot into XS for a program's later tiles, or every tile reads the slot itself
+COPY = tl.constexpr(1)
+SLOT = tl.constexpr(2)
 
 
 @triton.jit
@@ -51,8 +64,7 @@ def _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB:
     ok = (rows < NB)[:, None] & k_ok[None, :]
     if ONE:
         x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS)
-        mean = tl.sum(x, 1) / K
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, 1) / K - mean * mean + eps)
+        mean, rstd = _moments(tl.sum(x, 1), tl.sum(x * x, 1), K, eps)
     else:
         x = tl.load(XS + rows[:, None] * K + offs_k[None, :], mask=ok, other=0.0)
     x = (x - mean[:, None]) * rstd[:, None] * tl.load(LN_W + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
@@ -82,5 +94,91 @@ def _stats(X, NXT, FOLD_B, fold, XS, eps, NB: tl.constexpr, K: tl.constexpr, B_P
             s1 += tl.sum(x, 1)
             s2 += tl.sum(x * x, 1)
         tl.debug_barrier()  # the copy is read back by other threads of this program
+    return _moments(s1, s2, K, eps)
+
+
+@triton.jit
+def _moments(s1, s2, K: tl.constexpr, eps):
+    """Each row's mean and 1 / std from its sums s1 = sum x and s2 = sum x^2 over K columns."""
     mean = s1 / K
     return mean, 1.0 / tl.sqrt(s2 / K - mean * mean + eps)
+
+
+@triton.jit
+def _raw_chunk(k0, X, NXT, FOLD_B, fold, XS, LN_W, first, keep, NB: tl.constexpr, K: tl.constexpr,
+               B_PAD: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, FOLD: tl.constexpr):
+    """FOLD: columns k0..k0+BK of the slot, not normalised, and the same times g (LN_W), folded
+    into NXT with `fold`. FOLD == SLOT: every tile reads them from the slot X. FOLD == COPY: a
+    program's `first` tile reads them from X and, when it has more tiles (`keep`), copies them
+    into XS, its own copy, which its later tiles read instead (as _stats's copy); plan (in
+    decode/persistent.py) chooses by measurement."""
+    rows = tl.arange(0, B_PAD)
+    offs_k = k0 + tl.arange(0, BK)
+    k_ok = offs_k < K
+    if FOLD == SLOT:
+        x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS)
+    else:
+        ok = (rows < NB)[:, None] & k_ok[None, :]
+        at = rows[:, None] * K + offs_k[None, :]
+        if first:
+            x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS)
+            if keep:
+                tl.store(XS + at, x, mask=ok)
+        else:
+            x = tl.load(XS + at, mask=ok, other=0.0)
+    return x, x * tl.load(LN_W + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+
+
+@triton.jit
+def _folded(out, mean, rstd, U, offs_n, n_ok, N: tl.constexpr):
+    """A FOLD phase's products (B_PAD, BN), x*g W^T, finished: rstd (. - mean u) + c with each row's
+    mean and 1 / std; U holds u, then c (N each, fp32)."""
+    u = tl.load(U + offs_n, mask=n_ok, other=0.0)
+    c = tl.load(U + N + offs_n, mask=n_ok, other=0.0)
+    return rstd[:, None] * (out - mean[:, None] * u[None, :]) + c[None, :]
+
+
+@triton.jit
+def _phase_input(X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr,
+                 BK: tl.constexpr, ONE: tl.constexpr, WHOLE: tl.constexpr, FOLD: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, STAGES: tl.constexpr):
+    """What a phase reads of its slot before its first tile: each row's mean and 1 / std, and with
+    WHOLE (one chunk covers the slot, but a program may have several tiles: not ONE) the input
+    every tile's products take, worked out once a phase rather than once a tile. Without FOLD,
+    the _stats pass (the copy into XS) and, with WHOLE, the LayerNorm of the slot; with FOLD,
+    only with WHOLE: the slot read once (folded with `fold`), its sums, x times g; else nothing,
+    as the tiles gather the sums themselves (_tile_input)."""
+    x = tl.zeros([B_PAD, BK], dtype=tl.float32)
+    mean = tl.zeros([B_PAD], dtype=tl.float32)
+    rstd = mean
+    if FOLD:
+        if WHOLE:
+            raw, x = _raw_chunk(0, X, NXT, FOLD_B, fold, XS, LN_W, True, False, NB, K, B_PAD, BK, HAS_BIAS, FOLD)
+            mean, rstd = _moments(tl.sum(raw, 1), tl.sum(raw * raw, 1), K, eps)
+    else:
+        mean, rstd = _stats(X, NXT, FOLD_B, fold, XS, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS, STAGES)
+        if WHOLE:
+            x = _normed_input(0, mean, rstd, X, X, X, 0, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, False, False,
+                              HAS_LN_B)
+    return mean, rstd, x
+
+
+@triton.jit
+def _tile_input(k0, x_whole, s1, s2, mean, rstd, X, NXT, FOLD_B, fold, first, more, XS, LN_W, LN_B, eps,
+                NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr,
+                WHOLE: tl.constexpr, FOLD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr):
+    """Chunk k0 of a tile's input to its products, and the sums s1, s2 so far: the phase's whole
+    input (WHOLE); with FOLD the raw chunk times g (_raw_chunk: COPY keeps the `first` tile's in
+    XS when `more` follow), its rows' sums added to s1, s2; else the chunk normalised (with ONE
+    from the slot, folded with `fold`; else from XS)."""
+    if WHOLE:
+        x = x_whole
+    elif FOLD:
+        raw, x = _raw_chunk(k0, X, NXT, FOLD_B, fold, XS, LN_W, first, first & more, NB, K, B_PAD, BK, HAS_BIAS,
+                            FOLD)
+        s1 += tl.sum(raw, 1)
+        s2 += tl.sum(raw * raw, 1)
+    else:
+        x = _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS,
+                          HAS_LN_B)
+    return x, s1, s2

@@ -96,7 +96,7 @@ def _barrier_run_kernel(BAR, PROF, n):
 @triton.jit(do_not_specialize=["n_steps", "top_k"])
 def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        WTE, WPE, LN1_W, LN1_B, W_QKV, B_QKV, W_O, B_O, LN2_W, LN2_B, W_FC, B_FC, W_P2T, B_P2,
-                       LNF_W, LNF_B, KC, VC, STREAM, QKV, XS, Y,
+                       LNF_W, LNF_B, FOLD, KC, VC, STREAM, QKV, XS, Y,
                        n_steps, temperature, top_k, eps, scale,
                        NB: tl.constexpr, C: tl.constexpr, H: tl.constexpr, L: tl.constexpr, V: tl.constexpr,
                        W_CACHE: tl.constexpr, TOTAL: tl.constexpr, B_PAD: tl.constexpr, BN_QKV: tl.constexpr,
@@ -107,14 +107,17 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        BD: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
                        HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr,
                        PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
-                       AHEAD: tl.constexpr):
+                       AHEAD: tl.constexpr, FOLD_QKV: tl.constexpr, FOLD_FC: tl.constexpr,
+                       FOLD_V: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
     _weights); with AHEAD each later chunk loads one ahead (kernels/triton_decode_phases.py).
     W_QKV's rows are head-major (head h's q, k, v together); CNT holds two counters per (layer,
     head), zero at launch: its q, k, v tiles done, then (SHARED_O) its rows' attention outputs in Y
-    done."""
+    done. FOLD_QKV, FOLD_FC, FOLD_V: how each phase's LayerNorm is done (0, COPY or SLOT:
+    kernels/triton_decode_stream.py); FOLD (fp32) holds u and c for the folded ones, a layer's 14C
+    values -- qkv's u, c, then W_fc's u, c -- and after the layers the head's."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
@@ -156,10 +159,11 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
+            fold_ln = FOLD + layer * 14 * C
             _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
-                    W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, QKV, kc, vc, CNT + layer * H, pos, NB, 3 * C, C,
-                    3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, AHEAD, HAS_BIAS, HAS_LN_B, HAS_BIAS, True,
-                    DOT, PREC, STAGES)
+                    W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
+                    3 * C, C, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, AHEAD, FOLD_QKV, HAS_BIAS, HAS_LN_B,
+                    HAS_BIAS, True, DOT, PREC, STAGES)
             _attend(pid, nprog, wo, QKV, kc, vc, k_old, kv_first, CNT + layer * H, (i + 1) * TILES_PER_HEAD,
                     W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
                     BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD)
@@ -168,15 +172,17 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
             _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
-                 B_FC + layer * 4 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C, LN2_B + layer * C, eps, NB, C,
-                 B_PAD, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD, HAS_BIAS, HAS_LN_B, DOT, PREC, STAGES)
+                 B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
+                 LN2_B + layer * C, eps, NB, C, B_PAD, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD, FOLD_FC, HAS_BIAS, HAS_LN_B,
+                 DOT, PREC, STAGES)
         logits = LOGITS + t * NB * V
         _arrive(BAR, k + PHASES - 1, WORK, since, PHASES, PROFILE)
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
         since = _leave(BAR, k + PHASES - 1, PROF, since, PROFILE)
         x_out = STREAM + 2 * L * NB * C  # the last layer's output: nothing folds it further
-        _matvec(pid, nprog, w, x_out, x_out, B_O, XS, LNF_W, LNF_B, eps, WTE, WTE, logits, KC, VC, CNT, pos, NB, V, C,
-                V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, False, HAS_BIAS, HAS_LN_B, False, False, DOT, PREC, STAGES)
+        _matvec(pid, nprog, w, x_out, x_out, B_O, XS, LNF_W, LNF_B, eps, WTE, WTE, FOLD + L * 14 * C, logits, KC, VC,
+                CNT, pos, NB, V, C, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, False, FOLD_V, HAS_BIAS, HAS_LN_B, False,
+                False, DOT, PREC, STAGES)
         since = _grid_sync(BAR, k + PHASES, PROF, WORK, since, PHASES, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, STREAM, pos + 1, temperature,
                       top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)

@@ -67,6 +67,14 @@ for batch in (3, 1):  # each weight chunk loaded one ahead, across tiles and fro
     ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
     print(f"TILED_TOKENS_{{batch}}", torch.equal(mine, ref), tiles["DOT"], (mine_logits - ref_logits).abs().max().item())
+# the LayerNorms after the products (FOLD_*), both forms, tiled as above, with biases (c holds them)
+mb = model(True, 64, 64)
+for batch in (3, 1):
+    ref, ref_logits = run(mb, "recompute", batch, 40 + 8, temperature=0)
+    for form in (1, 2):  # COPY: the first tile's slot copied for the later ones; SLOT: every tile reads the slot
+        tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops, "FOLD_QKV": form, "FOLD_FC": form, "FOLD_V": form}}
+        mine, mine_logits = run(mb, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
+        print(f"FOLD_{{form}}_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
 tiles = {{**plan(64, 4, 20, 64, 3, 1), **loops}}
 sampled = [run(m, p, 3, 40 + 8, tiles=tiles if p == "persistent" else None, temperature=0.7, top_k=4)[0]
            for p in ("recompute", "persistent")]
@@ -98,6 +106,9 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     for batch, dot in ((3, "True"), (1, "False")):  # tensor cores, multiply-adds
         tokens, form, diff = lines[f"TILED_TOKENS_{batch}"].split()
         assert (tokens, form) == ("True", dot) and float(diff) < 1e-5
+    for form, batch in itertools.product((1, 2), (3, 1)):  # c dropped from the folded epilogue moved logits by 0.5
+        tokens, diff = lines[f"FOLD_{form}_{batch}"].split()
+        assert tokens == "True" and float(diff) < 1e-5
     assert lines["TILED_SAMPLED"] == "True"
     for batch in (3, 1):  # tokens alone are not enough: a wrong head's y kept them and moved logits by 0.16
         tokens, shared, diff = lines[f"SHARED_{batch}"].split()
@@ -156,6 +167,9 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         assert 1 <= t["STAGES"] <= 3 and 2 * t["STAGES"] * chunk <= SHARED_MEMORY and (elem == 2 or t["STAGES"] == 1)
         assert t["STAGES"] == 1 or -(-C // t["BK_FC"]) >= 2 * t["STAGES"]
         assert t["AHEAD"] == (not t["DOT"])  # chunks one ahead on the multiply-add form alone
+        for name in ("QKV", "FC", "V"):  # a LayerNorm folded past the products of a phase of several rounds
+            assert (t[f"FOLD_{name}"] == 0) == t[f"ONE_{name}"]
+            assert t[f"FOLD_{name}"] in (0, 2) or (t["DOT"] and (name != "FC" or t["STAGES"] == 1))
     # the rows measured on the H200: sharing the projection won at 1152 wide, batch 4 and 8, and
     # 768 wide, batch 8; lost at 768 wide, batch 4, and 384 wide, batch 8. Pipelining won at 1152
     # wide, batch 4 and 8 (nine chunks a tile), not at 768 wide, batch 8 (three)
@@ -195,9 +209,60 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
              "PREC": "ieee" if dtype == "fp32" else "tf32"}
     fixed = {"OUT": "*i64", "T_PTR": "*i64", "POS_PTR": "*i64", "BAR": "*i32", "PROF": "*i64", "n_steps": "i32",
              "top_k": "i32", "temperature": "fp32", "eps": "fp32", "scale": "fp32", "NOISE": "*fp32",
-             "LOGITS": "*fp32", "CNT": "*i32", "STREAM": "*fp32", "QKV": "*fp32", "XS": "*fp32", "Y": "*fp32"}
+             "LOGITS": "*fp32", "CNT": "*i32", "STREAM": "*fp32", "QKV": "*fp32", "XS": "*fp32", "Y": "*fp32",
+             "FOLD": "*fp32"}
     sig = {n: "constexpr" if n in const else fixed.get(n, f"*{dtype}") for n in k._decode_run_kernel.arg_names}
     compile_for_h200(k._decode_run_kernel, sig, const, options)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_folded_layer_norms_give_the_layer_norm_then_the_product(bias):
+    """LN(x) W^T + b in float64 (F.layer_norm, F.linear on the model's own modules) equals
+    rstd (x*g W^T - mean u) + c with folded_norms' u and c, for every LayerNorm and the product
+    after it: qkv (rows head-major), W_fc and the tied head."""
+    import torch.nn.functional as F
+
+    from transformerop.decode.persistent import folded_norms
+    from transformerop.model import build_model
+    torch.manual_seed(0)
+    C, H, L, V = 64, 4, 2, 20
+    m = build_model(make_cfg("model=gpt", f"model.n_embd={C}", f"model.n_head={H}", f"model.n_layer={L}",
+                             "model.block_size=16", f"model.bias={bias}"), V).eval()
+    with torch.no_grad():  # LayerNorm parameters away from 1 and 0
+        for p in m.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.3)
+    head_major = torch.arange(3 * C).view(3, H, C // H).transpose(0, 1).reshape(-1)
+    pairs = []
+    for blk in m.blocks:
+        fc = blk.mlp.c_fc
+        qkv_b = None if blk.attn.c_attn.bias is None else blk.attn.c_attn.bias[head_major]
+        pairs += [(blk.ln_1, blk.attn.c_attn.weight[head_major], qkv_b), (blk.ln_2, fc.weight, fc.bias)]
+    pairs.append((m.ln_f, m.wte.weight, None))
+    w = {"W_QKV": torch.stack([b.attn.c_attn.weight[head_major] for b in m.blocks]),
+         "W_FC": torch.stack([b.mlp.c_fc.weight for b in m.blocks]),
+         "LN1_W": torch.stack([b.ln_1.weight for b in m.blocks]), "LN2_W": torch.stack([b.ln_2.weight for b in m.blocks]),
+         "WTE": m.wte.weight, "LNF_W": m.ln_f.weight}
+    if bias:
+        w.update(B_QKV=torch.stack([b.attn.c_attn.bias[head_major] for b in m.blocks]),
+                 B_FC=torch.stack([b.mlp.c_fc.bias for b in m.blocks]),
+                 LN1_B=torch.stack([b.ln_1.bias for b in m.blocks]), LN2_B=torch.stack([b.ln_2.bias for b in m.blocks]),
+                 LNF_B=m.ln_f.bias)
+    with torch.no_grad():
+        folded = folded_norms(w, L, bias, bias).double()
+        x = torch.randn(5, C, dtype=torch.float64) * 2 + 0.5  # rows with a mean away from zero
+        mean, var = x.mean(1, keepdim=True), x.var(1, unbiased=False, keepdim=True)
+        rstd = 1 / torch.sqrt(var + m.ln_f.eps)
+        at = 0
+        for ln, W, b in pairs:
+            N = W.size(0)
+            u, c = folded[at:at + N], folded[at + N:at + 2 * N]
+            at += 2 * N
+            ref = F.linear(F.layer_norm(x, (C,), ln.weight.double(), None if ln.bias is None else ln.bias.double(),
+                                        ln.eps), W.double(), None if b is None else b.double())
+            mine = rstd * ((x * ln.weight.double()) @ W.double().T - mean * u) + c
+            assert torch.allclose(mine, ref, rtol=0, atol=1e-5), (ref - mine).abs().max()
+        assert at == folded.numel() == L * 14 * C + 2 * V
 
 
 def test_phase_times_from_the_profiled_buffers():

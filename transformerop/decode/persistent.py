@@ -20,6 +20,7 @@ REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's produc
 # W_proj reads a layer: about what one more hand-over costs in streaming time (on the H200 sharing
 # won at 8 MB saved a layer and more, and lost at 3.5 MB and less)
 SHARE_BYTES = 6 << 20
+COPY, SLOT = 1, 2  # the folded LayerNorm's forms (kernels/triton_decode_stream.py: COPY, SLOT)
 SHARED_MEMORY = 192 << 10  # bytes of a program's shared memory the pipelined weight chunks may fill
 MAX_VOCAB = 4096  # the sample phase holds a whole row of logits in one program
 BARRIERS_TIMED = 1000  # empty grid barriers run back to back to price one
@@ -53,7 +54,8 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     saves SHARE_BYTES of W_proj reads a layer) -- use as many chunks as there are programs for
     them; a chunk small enough to hold through the qkv phase loads ahead too (ONE_O). STAGES:
     the weight-chunk loops' software-pipelining depth (decode.stages), as deep as SHARED_MEMORY
-    holds that many of the largest chunk. elem: bytes of a weight."""
+    holds that many of the largest chunk. FOLD_QKV, FOLD_FC, FOLD_V: where a phase's LayerNorm
+    goes after its products. elem: bytes of a weight."""
     # eight warps a program: their doubled register budget holds twice the bytes in flight and
     # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d); sixteen,
     # with the budget doubled again, spilled and lost at batch 1 (h200-2026-12-02d)
@@ -117,7 +119,33 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # H200 1.05x at 1152 wide, batch 1; the tensor cores' unpipelined tiles held the extra chunk
     # in spilled registers (0.95x at 768 wide, batch 4 and 8)
     t["AHEAD"] = not dot
+    # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
+    # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
+    # H200, 1152 wide, bf16: 1.10x at batch 8, 1.11x at batch 4, 1.04x at batch 1). Its tiles read
+    # the slot itself (SLOT) at batch 1 and in an MLP planned with STAGES > 1 (at 1152 wide, batch
+    # 8, 270 us of MLP a token against 317 with COPY); the tensor-core form's other phases copy it
+    # (COPY: SLOT there spilled 1.3 KB in the sm_90 compile and lost 7-9% at 768 wide, batch 4, 8)
+    for name, pipelined in (("QKV", False), ("FC", t["STAGES"] > 1), ("V", False)):
+        t[f"FOLD_{name}"] = 0 if t[f"ONE_{name}"] else SLOT if not dot or pipelined else COPY
     return t
+
+
+def folded_norms(w: dict, L: int, bias: bool, ln_bias: bool) -> torch.Tensor:
+    """The folded LayerNorms' u = W g and c = W beta + b for the product after each LayerNorm, in float64 from
+    the weights as the kernel reads them, kept in fp32: a layer's qkv u, c, then W_fc's u, c (14C
+    values), and after the layers the head's (2V)."""
+    def uc(W, g, beta, b):
+        W = W.double()
+        c = W @ beta.double() if ln_bias else torch.zeros(W.size(0), dtype=torch.float64, device=W.device)
+        return [W @ g.double(), c + b.double() if b is not None else c]
+
+    parts = []
+    for i in range(L):  # a layer at a time: W in float64 is 4x its bf16 bytes
+        beta1, beta2 = (w["LN1_B"][i], w["LN2_B"][i]) if ln_bias else (None, None)
+        parts += uc(w["W_QKV"][i], w["LN1_W"][i], beta1, w["B_QKV"][i] if bias else None)
+        parts += uc(w["W_FC"][i], w["LN2_W"][i], beta2, w["B_FC"][i] if bias else None)
+    parts += uc(w["WTE"], w["LNF_W"], w["LNF_B"] if ln_bias else None, None)
+    return torch.cat(parts).float()
 
 
 def phase_times(bufs, names, programs: int) -> tuple[dict, dict, int]:
@@ -175,6 +203,7 @@ class Persistent(Static):
         self.w.update(WTE=model.wte.weight.detach(), WPE=model.wpe.weight.detach(),
                       LNF_W=model.ln_f.weight.detach(),
                       LNF_B=model.ln_f.bias.detach() if self.ln_bias else dummy)
+        self.w["FOLD"] = folded_norms(self.w, L, self.bias, self.ln_bias)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
         self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes")),
@@ -218,7 +247,7 @@ class Persistent(Static):
             out, t, self.pos, noise if noise is not None else self.logits, self.logits, self.bar, self.bar[1:], prof,
             self.w["WTE"], self.w["WPE"], self.w["LN1_W"], self.w["LN1_B"], self.w["W_QKV"], self.w["B_QKV"],
             self.w["W_O"], self.w["B_O"], self.w["LN2_W"], self.w["LN2_B"], self.w["W_FC"], self.w["B_FC"],
-            self.w["W_P2T"], self.w["B_P2"], self.w["LNF_W"], self.w["LNF_B"], self.kc, self.vc,
+            self.w["W_P2T"], self.w["B_P2"], self.w["LNF_W"], self.w["LNF_B"], self.w["FOLD"], self.kc, self.vc,
             *self.buf.values(), n, 1.0 if greedy else float(temperature), int(top_k or 0), self.eps, self.scale,
             **self.shape, TOTAL=total, **self.tiles, HAS_BIAS=self.bias, HAS_LN_B=self.ln_bias, GREEDY=greedy,
             TOP_K=bool(top_k) and not greedy, PROFILE=profile,
