@@ -146,14 +146,14 @@ def _phase_input(X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB: tl.constexpr, K:
     WHOLE (one chunk covers the slot, but a program may have several tiles: not ONE) the input
     every tile's products take, worked out once a phase rather than once a tile. Without FOLD,
     the _stats pass (the copy into XS) and, with WHOLE, the LayerNorm of the slot; with FOLD,
-    only with WHOLE: the slot read once (folded with `fold`), its sums, x times g; else nothing,
-    as the tiles gather the sums themselves (_tile_input)."""
+    only with WHOLE: the slot read once (folded with `fold`), its sums, x times g, the same for
+    either form; else nothing, as the tiles gather the sums themselves (_tile_input)."""
     x = tl.zeros([B_PAD, BK], dtype=tl.float32)
     mean = tl.zeros([B_PAD], dtype=tl.float32)
     rstd = mean
     if FOLD:
         if WHOLE:
-            raw, x = _raw_chunk(0, X, NXT, FOLD_B, fold, XS, LN_W, True, False, NB, K, B_PAD, BK, HAS_BIAS, FOLD)
+            raw, x = _raw_chunk(0, X, NXT, FOLD_B, fold, XS, LN_W, True, False, NB, K, B_PAD, BK, HAS_BIAS, SLOT)
             mean, rstd = _moments(tl.sum(raw, 1), tl.sum(raw * raw, 1), K, eps)
     else:
         mean, rstd = _stats(X, NXT, FOLD_B, fold, XS, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS, STAGES)

@@ -169,7 +169,8 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         assert t["AHEAD"] == (not t["DOT"])  # chunks one ahead on the multiply-add form alone
         for name in ("QKV", "FC", "V"):  # a LayerNorm folded past the products of a phase of several rounds
             assert (t[f"FOLD_{name}"] == 0) == t[f"ONE_{name}"]
-            assert t[f"FOLD_{name}"] in (0, 2) or (t["DOT"] and (name != "FC" or t["STAGES"] == 1))
+            slot = (name == "QKV" and not t["DOT"]) or (name == "FC" and t["STAGES"] > 1)  # SLOT where it measured faster
+            assert t[f"ONE_{name}"] or t[f"FOLD_{name}"] == (2 if slot else 1)
     # the rows measured on the H200: sharing the projection won at 1152 wide, batch 4 and 8, and
     # 768 wide, batch 8; lost at 768 wide, batch 4, and 384 wide, batch 8. Pipelining won at 1152
     # wide, batch 4 and 8 (nine chunks a tile), not at 768 wide, batch 8 (three)

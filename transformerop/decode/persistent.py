@@ -122,11 +122,14 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
     # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
     # H200, 1152 wide, bf16: 1.10x at batch 8, 1.11x at batch 4, 1.04x at batch 1). Its tiles read
-    # the slot itself (SLOT) at batch 1 and in an MLP planned with STAGES > 1 (at 1152 wide, batch
-    # 8, 270 us of MLP a token against 317 with COPY); the tensor-core form's other phases copy it
-    # (COPY: SLOT there spilled 1.3 KB in the sm_90 compile and lost 7-9% at 768 wide, batch 4, 8)
-    for name, pipelined in (("QKV", False), ("FC", t["STAGES"] > 1), ("V", False)):
-        t[f"FOLD_{name}"] = 0 if t[f"ONE_{name}"] else SLOT if not dot or pipelined else COPY
+    # the slot itself (SLOT) where that measured faster: the qkv phase at batch 1 (1152 wide: 283
+    # us of attn phase a token against 310 with COPY) and an MLP planned with STAGES > 1 (1152
+    # wide, batch 8: 270 us of MLP against 317); elsewhere the first tile copies it (COPY: SLOT
+    # lost 7-9% at 768 wide, batch 4 and 8, and in the sm_90 compile spilled 1.3 KB there and
+    # 4.4 KB in a batch-1 MLP of several tiles at 1536 wide, against none with COPY)
+    slot = {"QKV": not dot, "FC": t["STAGES"] > 1, "V": False}
+    for name in slot:
+        t[f"FOLD_{name}"] = 0 if t[f"ONE_{name}"] else SLOT if slot[name] else COPY
     return t
 
 
