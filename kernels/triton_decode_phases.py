@@ -170,14 +170,17 @@ def _wait(CNT, target):
 def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps,
          NB: tl.constexpr, C: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr,
-         HAS_BIAS: tl.constexpr,
-         HAS_LN_B: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr):
+         ADD_ONCE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, DOT: tl.constexpr,
+         PREC: tl.constexpr, STAGES: tl.constexpr):
     """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(X) W_fc^T (+b))
     for them (X: the stream slot x + attention), and adds their share h W_proj2[:, units]^T into
     the next slot XM with fp32 atomics (the sum's order varies from run to run, so fp32 results
     can differ in the last bits); program 0 also folds X (+ FOLD_B, b_proj2) into XM. W_P2T is
     W_proj2 transposed (4C, C): a program's units are contiguous rows, and its chunks of W_fc and
-    of W_P2T are blocks of one shape (BC == BK), which AHEAD loads one ahead as a single walk."""
+    of W_P2T are blocks of one shape (BC == BK), which AHEAD loads one ahead as a single walk.
+    ADD_ONCE (the multiply-add form, one output chunk: BC >= C): a program of several tiles sums
+    their shares in registers and adds them once, where every tile's own add would pile as many
+    atomics onto the same C addresses as there are tiles in the grid."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     XS += pid * NB * C
@@ -187,6 +190,8 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
                                        FOLD, HAS_BIAS, HAS_LN_B, STAGES)
     w_next = wfc_pre
     tiles = tl.cdiv(4 * C, BN)
+    tl.static_assert(not ADD_ONCE or (BC >= C and not DOT))
+    total = tl.zeros([B_PAD, BC], dtype=tl.float32)  # ADD_ONCE: the sum of this program's shares
     for tile in range(pid, tiles, nprog):
         r0 = tile * BN
         r_end = 4 * C
@@ -237,8 +242,15 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
                 part = tl.dot(h.to(w2.dtype), w2, input_precision=PREC)
             else:
                 part = tl.sum(h[:, :, None] * w2.to(tl.float32)[None, :, :], 1)
-            tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], part, mask=row_ok[:, None] & c_ok[None, :],
-                          sem="relaxed", scope="gpu")
+            if ADD_ONCE:
+                total += part
+            else:
+                tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], part, mask=row_ok[:, None] & c_ok[None, :],
+                              sem="relaxed", scope="gpu")
+    if ADD_ONCE:  # the program's tiles' shares, summed in registers: one atomic add a column, not one a tile
+        offs_c = tl.arange(0, BC)
+        tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], total, mask=row_ok[:, None] & (offs_c < C)[None, :],
+                      sem="relaxed", scope="gpu")
 
 
 @triton.jit

@@ -75,6 +75,10 @@ for batch in (3, 1):
         tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops, "FOLD_QKV": form, "FOLD_FC": form, "FOLD_V": form}}
         mine, mine_logits = run(mb, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
         print(f"FOLD_{{form}}_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
+# batch 1, the MLP's shares summed over a program's tiles and added once (ADD_ONCE: one output chunk)
+tiles = {{**plan(64, 4, 20, 64, 1, 1), **loops, "BN_FC": 16, "BK_FC": 64, "BC_FC": 64, "AHEAD": True, "ADD_ONCE": True}}
+mine, mine_logits = run(mb, "persistent", 1, 40 + 8, tiles=tiles, temperature=0)
+print("ADD_ONCE", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
 tiles = {{**plan(64, 4, 20, 64, 3, 1), **loops}}
 sampled = [run(m, p, 3, 40 + 8, tiles=tiles if p == "persistent" else None, temperature=0.7, top_k=4)[0]
            for p in ("recompute", "persistent")]
@@ -109,6 +113,8 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     for form, batch in itertools.product((1, 2), (3, 1)):  # c dropped from the folded epilogue moved logits by 0.5
         tokens, diff = lines[f"FOLD_{form}_{batch}"].split()
         assert tokens == "True" and float(diff) < 1e-5
+    tokens, diff = lines["ADD_ONCE"].split()
+    assert tokens == "True" and float(diff) < 1e-5
     assert lines["TILED_SAMPLED"] == "True"
     for batch in (3, 1):  # tokens alone are not enough: a wrong head's y kept them and moved logits by 0.16
         tokens, shared, diff = lines[f"SHARED_{batch}"].split()
@@ -167,6 +173,7 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         assert 1 <= t["STAGES"] <= 3 and 2 * t["STAGES"] * chunk <= SHARED_MEMORY and (elem == 2 or t["STAGES"] == 1)
         assert t["STAGES"] == 1 or -(-C // t["BK_FC"]) >= 2 * t["STAGES"]
         assert t["AHEAD"] == (not t["DOT"])  # chunks one ahead on the multiply-add form alone
+        assert not t["ADD_ONCE"] or (not t["DOT"] and t["BC_FC"] >= C and not t["ONE_FC"])
         for name in ("QKV", "FC", "V"):  # a LayerNorm folded past the products of a phase of several rounds
             assert (t[f"FOLD_{name}"] == 0) == t[f"ONE_{name}"]
             slot = (name == "QKV" and not t["DOT"]) or (name == "FC" and t["STAGES"] > 1)  # SLOT where it measured faster
@@ -198,12 +205,15 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     """conftest.compile_for_h200 at the plan's tiles, its pipelined weight chunks (STAGES) in the
     H200's shared memory; fp32 at 1152 wide, batch 3, pipelined three deep as the GPU test forces
     it (the plan does not pipeline fp32), the most shared memory the loops can ask for; 1152 wide
-    at batch 1, its chunks loaded one ahead over several tiles (AHEAD)."""
+    at batch 1, its chunks loaded one ahead over several tiles (AHEAD) and its MLP's shares added
+    once a program (ADD_ONCE)."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent import plan
     tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2)
     if dtype == "fp32" and proj == "auto":
         tiles["STAGES"] = 3
+    if (C, batch) == (1152, 1):  # the MLP's shares added once a program (ADD_ONCE; its one chunk covers C)
+        tiles["ADD_ONCE"] = True
     options = {"num_warps": tiles.pop("num_warps"), "num_stages": tiles.pop("num_stages")}
     const = {"NB": batch, "C": C, "H": H, "L": L, "V": 65, "W_CACHE": 256, "TOTAL": 501, **tiles, "HAS_BIAS": True,
              "HAS_LN_B": True, "GREEDY": False, "TOP_K": True, "PROFILE": True,

@@ -127,6 +127,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # wide, batch 8: 270 us of MLP against 317); elsewhere the first tile copies it (COPY: SLOT
     # lost 7-9% at 768 wide, batch 4 and 8, and in the sm_90 compile spilled 1.3 KB there and
     # 4.4 KB in a batch-1 MLP of several tiles at 1536 wide, against none with COPY)
+    # ADD_ONCE (the batch-1 MLP's shares summed in registers, one atomic add a program) is not on
+    # by default: it has no end-to-end measurement yet
+    t["ADD_ONCE"] = False
     slot = {"QKV": not dot, "FC": t["STAGES"] > 1, "V": False}
     for name in slot:
         t[f"FOLD_{name}"] = 0 if t[f"ONE_{name}"] else SLOT if slot[name] else COPY
