@@ -247,7 +247,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
             else:
                 tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], part, mask=row_ok[:, None] & c_ok[None, :],
                               sem="relaxed", scope="gpu")
-    if ADD_ONCE:  # the program's tiles' shares, summed in registers: one atomic add a column, not one a tile
+    if ADD_ONCE and pid < tiles:  # the program's tiles' shares, summed in registers: one atomic add a column
         offs_c = tl.arange(0, BC)
         tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], total, mask=row_ok[:, None] & (offs_c < C)[None, :],
                       sem="relaxed", scope="gpu")

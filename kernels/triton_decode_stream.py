@@ -20,9 +20,11 @@ A phase with FOLD (COPY or SLOT; 0: the pass above) moves its LayerNorm past its
 LN(x) W^T + b = rstd (x*g W^T - mean u) + c, with u = W g and c = W beta + b for each output
 (decode/persistent.py works them out once, in float64, from the weights the kernel reads). Its
 tiles read the slot raw, scaled by g (_raw_chunk), and gather each row's sums from the same
-chunks, so no pass over the slot comes before the first product. (With x far from zero mean,
-x*g W^T - mean u cancels more than the centred form: fp32 accumulation keeps that to a few ulps
-of |x|; the parity gate decides in bf16.)"""
+chunks, so no pass over the slot comes before the first product. With x far from zero mean,
+x*g W^T - mean u cancels more than the centred form: the error grows by about |x| / |x - mean|.
+The multiply-add form (batch 1) and fp32 weights keep x*g in fp32; the tensor-core form rounds
+it to the weights' dtype first (bf16: 8 bits of |x|, not of |x - mean|). The parity gate, against
+the float64 model, decides whether that holds for a model."""
 import triton
 import triton.language as tl
 

@@ -173,7 +173,6 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         assert 1 <= t["STAGES"] <= 3 and 2 * t["STAGES"] * chunk <= SHARED_MEMORY and (elem == 2 or t["STAGES"] == 1)
         assert t["STAGES"] == 1 or -(-C // t["BK_FC"]) >= 2 * t["STAGES"]
         assert t["AHEAD"] == (not t["DOT"])  # chunks one ahead on the multiply-add form alone
-        assert not t["ADD_ONCE"] or (not t["DOT"] and t["BC_FC"] >= C and not t["ONE_FC"])
         for name in ("QKV", "FC", "V"):  # a LayerNorm folded past the products of a phase of several rounds
             assert (t[f"FOLD_{name}"] == 0) == t[f"ONE_{name}"]
             slot = (name == "QKV" and not t["DOT"]) or (name == "FC" and t["STAGES"] > 1)  # SLOT where it measured faster
