@@ -79,6 +79,16 @@ for batch in (3, 1):
 tiles = {{**plan(64, 4, 20, 64, 1, 1), **loops, "BN_FC": 16, "BK_FC": 64, "BC_FC": 64, "AHEAD": True, "ADD_ONCE": True}}
 mine, mine_logits = run(mb, "persistent", 1, 40 + 8, tiles=tiles, temperature=0)
 print("ADD_ONCE", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
+# decode.fold_ln=false from the config, with the plan's own tiles (which fold the qkv phase at
+# batch 1 and 3, and the MLP at batch 3)
+for batch, levers in ((1, {{"fold_ln": False}}), (3, {{"fold_ln": False}})):
+    ref, ref_logits = run(mb, "recompute", batch, 40 + 8, temperature=0)
+    dec = Decoder(mb, "persistent", batch, 40 + 8, temperature=0, dcfg=OmegaConf.create(levers))
+    logits = []
+    mine = dec(prompt[:batch], None, on_logits=lambda i, x: logits.append(x.float().clone()))
+    t = dec.runner.tiles
+    print(f"LEVERS_{{batch}}", torch.equal(mine, ref), t["FOLD_QKV"] + t["FOLD_FC"] + t["FOLD_V"],
+          (torch.stack(logits) - ref_logits).abs().max().item())
 tiles = {{**plan(64, 4, 20, 64, 3, 1), **loops}}
 sampled = [run(m, p, 3, 40 + 8, tiles=tiles if p == "persistent" else None, temperature=0.7, top_k=4)[0]
            for p in ("recompute", "persistent")]
@@ -115,6 +125,9 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
         assert tokens == "True" and float(diff) < 1e-5
     tokens, diff = lines["ADD_ONCE"].split()
     assert tokens == "True" and float(diff) < 1e-5
+    for batch in (1, 3):  # the config reaches the plan: no phase folded
+        tokens, folds, diff = lines[f"LEVERS_{batch}"].split()
+        assert (tokens, folds) == ("True", "0") and float(diff) < 1e-5
     assert lines["TILED_SAMPLED"] == "True"
     for batch in (3, 1):  # tokens alone are not enough: a wrong head's y kept them and moved logits by 0.16
         tokens, shared, diff = lines[f"SHARED_{batch}"].split()
@@ -190,6 +203,13 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132, cost="rounds"), plan(1152, 18, 65, 256, 8, 132)
     assert (rounds["BN_FC"], by_bytes["BN_FC"]) == (16, 64)
     assert plan(1152, 18, 65, 256, 1, 132, cost="rounds") == plan(1152, 18, 65, 256, 1, 132)
+    # decode.fold_ln=false: every LayerNorm before its products; decode.add_once: only where the
+    # batch-1 MLP's one output chunk covers C and a program may have several tiles
+    assert all(plan(1152, 18, 65, 256, b, 132, fold=False)[f"FOLD_{n}"] == 0 for b in (1, 8) for n in ("QKV", "FC", "V"))
+    assert not plan(1152, 18, 65, 256, 1, 132)["ADD_ONCE"]
+    assert [plan(C, H, 65, 256, b, 132, add_once=True)["ADD_ONCE"]
+            for C, H, b in ((1152, 18, 1), (768, 12, 1), (1152, 18, 8), (384, 6, 1), (1536, 12, 1))] == \
+        [True, True, False, False, False]  # tensor cores; one tile a program (ONE); BC 512 < C
 
 
 

@@ -118,6 +118,12 @@ class DecodeConfig:
     # shared memory ahead of their use): a program streaming a large layer waits on one load at a
     # time otherwise; the plan uses 1 (no software pipelining) where its loops are too short
     stages: int = num(3, ge=1, le=4)
+    # the one-launch path moves a LayerNorm past the products that follow it where a phase takes
+    # more than one round of loads: no pass over the stream before its first product
+    fold_ln: bool = True
+    # the one-launch path's batch-1 MLP, where one chunk covers its outputs: each program sums its
+    # tiles' shares and adds them once, instead of every tile adding onto the same addresses
+    add_once: bool = False
 
 
 @dataclass

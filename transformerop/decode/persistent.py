@@ -36,7 +36,7 @@ def _prev_pow2(n: int) -> int:
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
          budget: int | None = None, cost: str = "bytes", proj: str = "auto", stages: int = 3,
-         elem: int = 2) -> dict:
+         elem: int = 2, fold: bool = True, add_once: bool = False) -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN and the reduction chunk BK
     (within the register budget -- fp32 values per program) with the fewest rounds of loads per
     program, each round a full trip to L2 or memory: ceil(tiles / programs) * ceil(K / BK); among
@@ -55,7 +55,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     them; a chunk small enough to hold through the qkv phase loads ahead too (ONE_O). STAGES:
     the weight-chunk loops' software-pipelining depth (decode.stages), as deep as SHARED_MEMORY
     holds that many of the largest chunk. FOLD_QKV, FOLD_FC, FOLD_V: where a phase's LayerNorm
-    goes after its products. elem: bytes of a weight."""
+    goes after its products (fold: decode.fold_ln). ADD_ONCE (add_once: decode.add_once): the
+    batch-1 MLP's shares added once a program, where its one output chunk covers C and a program
+    may have several tiles. elem: bytes of a weight."""
     # eight warps a program: their doubled register budget holds twice the bytes in flight and
     # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d); sixteen,
     # with the budget doubled again, spilled and lost at batch 1 (h200-2026-12-02d)
@@ -119,6 +121,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # H200 1.05x at 1152 wide, batch 1; the tensor cores' unpipelined tiles held the extra chunk
     # in spilled registers (0.95x at 768 wide, batch 4 and 8)
     t["AHEAD"] = not dot
+    t["ADD_ONCE"] = add_once and not dot and t["BC_FC"] >= C and not t["ONE_FC"]
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
     # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
     # H200, 1152 wide, bf16: 1.10x at batch 8, 1.11x at batch 4, 1.04x at batch 1). Its tiles read
@@ -127,12 +130,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # wide, batch 8: 270 us of MLP against 317); elsewhere the first tile copies it (COPY: SLOT
     # lost 7-9% at 768 wide, batch 4 and 8, and in the sm_90 compile spilled 1.3 KB there and
     # 4.4 KB in a batch-1 MLP of several tiles at 1536 wide, against none with COPY)
-    # ADD_ONCE (the batch-1 MLP's shares summed in registers, one atomic add a program) is not on
-    # by default: it has no end-to-end measurement yet
-    t["ADD_ONCE"] = False
     slot = {"QKV": not dot, "FC": t["STAGES"] > 1, "V": False}
     for name in slot:
-        t[f"FOLD_{name}"] = 0 if t[f"ONE_{name}"] else SLOT if slot[name] else COPY
+        t[f"FOLD_{name}"] = 0 if t[f"ONE_{name}"] or not fold else SLOT if slot[name] else COPY
     return t
 
 
@@ -214,7 +214,8 @@ class Persistent(Static):
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
         self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes")),
                             proj=str(getattr(dcfg, "attn_proj", "auto")), stages=int(getattr(dcfg, "stages", 3)),
-                            elem=dt.itemsize))
+                            elem=dt.itemsize, fold=bool(getattr(dcfg, "fold_ln", True)),
+                            add_once=bool(getattr(dcfg, "add_once", False))))
         # the barrier, then two counters per (layer, head): its q/k/v tiles, its rows' outputs in Y
         self.bar = torch.zeros(1 + 2 * L * H, device=dev, dtype=torch.int32)
         self.stamps = None  # a list while phase_profile runs
