@@ -94,6 +94,25 @@ def _reduced(acc, DOT: tl.constexpr):
 
 
 @triton.jit
+def _tile_output(acc, s1, s2, mean, rstd, U, BIAS, offs_n, n_ok, eps, N: tl.constexpr, K: tl.constexpr,
+                 DOT: tl.constexpr, FOLD: tl.constexpr, WHOLE: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """A tile's (B_PAD, BN) outputs from its products acc: with FOLD, the LayerNorm applied after
+    them -- its mean and 1 / std from the tile's own sums s1, s2 (every tile gathers them: a few
+    adds a chunk, where keeping the first tile's would put a branch in the loop), or with WHOLE
+    the phase's -- and c holding the bias; else + BIAS (HAS_BIAS)."""
+    if FOLD == COPY and not WHOLE:
+        tl.debug_barrier()  # the first tile's copy in XS is read by the program's other threads
+    out = _reduced(acc, DOT)
+    if FOLD:
+        if not WHOLE:
+            mean, rstd = _moments(s1, s2, K, eps)
+        out = _folded(out, mean, rstd, U, offs_n, n_ok, N)
+    elif HAS_BIAS:
+        out += tl.load(BIAS + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    return out
+
+
+@triton.jit
 def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, OUT, KC, VC, CNT, pos,
             NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
             H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
@@ -135,15 +154,7 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
             else:
                 w = _block(W, r0, r_end, k0, K, K, BN, BK)
             acc = _product(acc, w, x, DOT, PREC)
-        if FOLD == COPY and not WHOLE:
-            tl.debug_barrier()  # the first tile's copy in XS is read by the program's other threads
-        out = _reduced(acc, DOT)
-        if FOLD:  # the LayerNorm after the products; c holds the bias
-            if not WHOLE:
-                mean, rstd = _moments(s1, s2, K, eps)
-            out = _folded(out, mean, rstd, U, offs_n, n_ok, N)
-        elif HAS_BIAS_OUT:
-            out += tl.load(BIAS + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        out = _tile_output(acc, s1, s2, mean, rstd, U, BIAS, offs_n, n_ok, eps, N, K, DOT, FOLD, WHOLE, HAS_BIAS_OUT)
         out_ok = row_ok[:, None] & n_ok[None, :]
         tl.store(OUT + rows[:, None] * N + offs_n[None, :], out, mask=out_ok)
         if QKV:
@@ -215,15 +226,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
             else:
                 w = _block(W_FC, r0, r_end, k0, C, C, BN, BK)
             acc = _product(acc, w, x, DOT, PREC)
-        if FOLD == COPY and not WHOLE:
-            tl.debug_barrier()  # the first tile's copy in XS is read by the program's other threads
-        h = _reduced(acc, DOT)
-        if FOLD:  # the LayerNorm after the products; c holds b_fc
-            if not WHOLE:
-                mean, rstd = _moments(s1, s2, C, eps)
-            h = _folded(h, mean, rstd, U, offs_n, n_ok, 4 * C)
-        elif HAS_BIAS:
-            h += tl.load(B_FC + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        h = _tile_output(acc, s1, s2, mean, rstd, U, B_FC, offs_n, n_ok, eps, 4 * C, C, DOT, FOLD, WHOLE, HAS_BIAS)
         h = 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))  # exact (erf) GELU, as F.gelu
         for c0 in tl.range(0, C, BC, num_stages=STAGES):
             offs_c = c0 + tl.arange(0, BC)
