@@ -189,14 +189,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
-            if PREFETCH == 1:  # the MLP's weights, next phase
-                _prefetch(W_FC + layer * 4 * C * C, 4 * C * C, pid, nprog, PREFETCH)
-                _prefetch(W_P2T + layer * 4 * C * C, 4 * C * C, pid, nprog, PREFETCH)
-            if PREFETCH == 2:  # the MLP's rows this program will read
-                for tile in range(pid, (4 * C + BN_FC - 1) // BN_FC, nprog):
-                    n_rows = tl.minimum(BN_FC, 4 * C - tile * BN_FC)
-                    _prefetch(W_FC + layer * 4 * C * C + tile * BN_FC * C, n_rows * C, 0, 1, PREFETCH)
-                    _prefetch(W_P2T + layer * 4 * C * C + tile * BN_FC * C, n_rows * C, 0, 1, PREFETCH)
+            _prefetch(W_FC + layer * 4 * C * C, 4 * C * C, pid, nprog, PREFETCH)  # the MLP's weights, next phase
+            _prefetch(W_P2T + layer * 4 * C * C, 4 * C * C, pid, nprog, PREFETCH)
             fold_ln = FOLD + layer * 14 * C
             _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
                     W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
@@ -211,12 +205,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
             if PREFETCH:  # the next layer's (the next token's first, after the last layer) weights and cache
                 nxt = (layer + 1) % L
-                if PREFETCH == 1:
-                    _prefetch(W_QKV + nxt * 3 * C * C, 3 * C * C, pid, nprog, PREFETCH)
-                else:  # the qkv rows this program will read
-                    for tile in range(pid, H * TILES_PER_HEAD, nprog):
-                        q0, q_end = _tile_rows(tile, 3 * C, 3 * D, BN_QKV)
-                        _prefetch(W_QKV + nxt * 3 * C * C + q0 * C, (q_end - q0) * C, 0, 1, PREFETCH)
+                _prefetch(W_QKV + nxt * 3 * C * C, 3 * C * C, pid, nprog, PREFETCH)
                 _prefetch(W_O + nxt * C * C, C * C, pid, nprog, PREFETCH)
                 for bh in range(pid, NB * H, nprog):  # the slots its attention reads: those before this step's
                     at = (nxt * NB * H + bh) * W_CACHE * D
