@@ -77,34 +77,6 @@ def _leave(BAR, k, PROF, since, PROFILE: tl.constexpr):
 
 
 @triton.jit
-def _prefetch(PTR, n, part, parts, ON: tl.constexpr):
-    """With ON, ask the L2 for part `part` of `parts` of the n elements at PTR and go on without
-    waiting (sm_90's cp.async.bulk.prefetch.L2: the copy engine moves the bytes, no register holds
-    them). A phase's loads are a chain of dependent trips -- barrier, products, hand-over -- that
-    leave memory idle between them; a model too big for the L2 then streams its weights at a
-    fraction of the bandwidth. Prefetched one phase ahead, they stream from memory while the
-    phase before works, and the phase reads them from L2. Each of the program's LANES threads
-    asks for a piece of at least GRAIN bytes; the asm trims each piece to whole 16-byte units
-    inside it (the copy engine's unit), so nothing outside the n elements is touched."""
-    if ON:
-        LANES: tl.constexpr = 256
-        GRAIN: tl.constexpr = 4096
-        ELEM: tl.constexpr = PTR.dtype.element_ty.primitive_bitwidth // 8
-        nbytes = n * ELEM
-        share = tl.cdiv(nbytes, parts)
-        piece = tl.maximum(tl.cdiv(share, LANES), GRAIN)
-        lo = part * share + tl.arange(0, LANES) * piece
-        hi = tl.minimum(lo + piece, tl.minimum(part * share + share, nbytes))
-        base = PTR.to(tl.pointer_type(tl.int8))
-        tl.inline_asm_elementwise(
-            "{ .reg .b64 a, e; .reg .b32 n; .reg .pred p;\n"
-            "add.u64 a, $1, 15; and.b64 a, a, -16; and.b64 e, $2, -16;\n"
-            "setp.gt.u64 p, e, a; sub.u64 e, e, a; cvt.u32.u64 n, e;\n"
-            "@p cp.async.bulk.prefetch.L2.global [a], n; mov.u32 $0, 0; }",
-            "=r,l,l", [base + tl.minimum(lo, hi), base + hi], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _grid_sync(BAR, k, PROF, WORK, since, PHASES: tl.constexpr, PROFILE: tl.constexpr):
     """Barrier number k with nothing to load between arriving and leaving."""
     _arrive(BAR, k, WORK, since, PHASES, PROFILE)
@@ -136,7 +108,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr,
                        PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
                        AHEAD: tl.constexpr, FOLD_QKV: tl.constexpr, FOLD_FC: tl.constexpr,
-                       FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, PREFETCH: tl.constexpr):
+                       FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
@@ -145,9 +117,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     head), zero at launch: its q, k, v tiles done, then (SHARED_O) its rows' attention outputs in Y
     done. FOLD_QKV, FOLD_FC, FOLD_V: how each phase's LayerNorm is done (0, COPY or SLOT:
     kernels/triton_decode_stream.py); FOLD (fp32) holds u and c for the folded ones, a layer's 14C
-    values -- qkv's u, c, then W_fc's u, c -- and after the layers the head's. PREFETCH: each
-    phase asks the L2 for the next phase's weights (and the attention's cache slots) as it opens
-    (_prefetch)."""
+    values -- qkv's u, c, then W_fc's u, c -- and after the layers the head's."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
@@ -189,8 +159,6 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
-            _prefetch(W_FC + layer * 4 * C * C, 4 * C * C, pid, nprog, PREFETCH)  # the MLP's weights, next phase
-            _prefetch(W_P2T + layer * 4 * C * C, 4 * C * C, pid, nprog, PREFETCH)
             fold_ln = FOLD + layer * 14 * C
             _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
                     W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
@@ -203,14 +171,6 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
-            if PREFETCH:  # the next layer's (the next token's first, after the last layer) weights and cache
-                nxt = (layer + 1) % L
-                _prefetch(W_QKV + nxt * 3 * C * C, 3 * C * C, pid, nprog, PREFETCH)
-                _prefetch(W_O + nxt * C * C, C * C, pid, nprog, PREFETCH)
-                for bh in range(pid, NB * H, nprog):  # the slots its attention reads: those before this step's
-                    at = (nxt * NB * H + bh) * W_CACHE * D
-                    _prefetch(KC + at, pos * D, 0, 1, PREFETCH)
-                    _prefetch(VC + at, pos * D, 0, 1, PREFETCH)
             _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
                  B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
                  LN2_B + layer * C, eps, NB, C, B_PAD, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD, FOLD_FC, ADD_ONCE,

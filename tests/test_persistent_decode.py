@@ -225,8 +225,7 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     H200's shared memory; fp32 at 1152 wide, batch 3, pipelined three deep as the GPU test forces
     it (the plan does not pipeline fp32), the most shared memory the loops can ask for; 1152 wide
     at batch 1, its chunks loaded one ahead over several tiles (AHEAD) and its MLP's shares added
-    once a program (ADD_ONCE); every 1152-wide row asks the L2 for the next phase's weights
-    (PREFETCH), and its PTX holds the bulk prefetch."""
+    once a program (ADD_ONCE)."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent import plan
     tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2)
@@ -234,7 +233,6 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
         tiles["STAGES"] = 3
     if (C, batch) == (1152, 1):  # the MLP's shares added once a program (ADD_ONCE; its one chunk covers C)
         tiles["ADD_ONCE"] = True
-    tiles["PREFETCH"] = C == 1152
     options = {"num_warps": tiles.pop("num_warps"), "num_stages": tiles.pop("num_stages")}
     const = {"NB": batch, "C": C, "H": H, "L": L, "V": 65, "W_CACHE": 256, "TOTAL": 501, **tiles, "HAS_BIAS": True,
              "HAS_LN_B": True, "GREEDY": False, "TOP_K": True, "PROFILE": True,
@@ -244,8 +242,7 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
              "LOGITS": "*fp32", "CNT": "*i32", "STREAM": "*fp32", "QKV": "*fp32", "XS": "*fp32", "Y": "*fp32",
              "FOLD": "*fp32"}
     sig = {n: "constexpr" if n in const else fixed.get(n, f"*{dtype}") for n in k._decode_run_kernel.arg_names}
-    ptx = compile_for_h200(k._decode_run_kernel, sig, const, options).asm["ptx"]
-    assert ("cp.async.bulk.prefetch.L2.global" in ptx) == tiles["PREFETCH"]
+    compile_for_h200(k._decode_run_kernel, sig, const, options)
 
 
 @pytest.mark.parametrize("bias", [True, False])

@@ -35,7 +35,6 @@ def choices(name: str, names) -> type:
 Task = choices("Task", TASKS)
 TileCost = choices("TileCost", ("rounds", "bytes"))
 AttnProj = choices("AttnProj", ("auto", "row", "head"))
-Prefetch = choices("Prefetch", ("auto", "on", "off"))
 Model = choices("Model", MODELS)
 Data = choices("Data", DATASETS)
 Attention = choices("Attention", BACKENDS)
@@ -125,10 +124,6 @@ class DecodeConfig:
     # the one-launch path's batch-1 MLP, where one chunk covers its outputs: each program sums its
     # tiles' shares and adds them once, instead of every tile adding onto the same addresses
     add_once: bool = False
-    # the one-launch path asks the L2 for each phase's weights (and the attention's cache) one phase
-    # ahead, so that memory streams them while the phase before works; auto: where the weights do
-    # not fit in the L2 (on a GPU with the bulk copy engine, sm_90 and later)
-    prefetch: Prefetch = Prefetch.auto
 
 
 @dataclass

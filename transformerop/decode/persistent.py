@@ -36,7 +36,7 @@ def _prev_pow2(n: int) -> int:
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
          budget: int | None = None, cost: str = "bytes", proj: str = "auto", stages: int = 3,
-         elem: int = 2, fold: bool = True, add_once: bool = False, prefetch: bool = False) -> dict:
+         elem: int = 2, fold: bool = True, add_once: bool = False) -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN and the reduction chunk BK
     (within the register budget -- fp32 values per program) with the fewest rounds of loads per
     program, each round a full trip to L2 or memory: ceil(tiles / programs) * ceil(K / BK); among
@@ -57,8 +57,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     holds that many of the largest chunk. FOLD_QKV, FOLD_FC, FOLD_V: where a phase's LayerNorm
     goes after its products (fold: decode.fold_ln). ADD_ONCE (add_once: decode.add_once): the
     batch-1 MLP's shares added once a program, where its one output chunk covers C and a program
-    may have several tiles. PREFETCH: each phase asks the L2 for the next one's weights
-    (Persistent.prefetches decides). elem: bytes of a weight."""
+    may have several tiles. elem: bytes of a weight."""
     # eight warps a program: their doubled register budget holds twice the bytes in flight and
     # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d); sixteen,
     # with the budget doubled again, spilled and lost at batch 1 (h200-2026-12-02d)
@@ -134,7 +133,6 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     slot = {"QKV": not dot, "FC": t["STAGES"] > 1, "V": False}
     for name in slot:
         t[f"FOLD_{name}"] = 0 if t[f"ONE_{name}"] or not fold else SLOT if slot[name] else COPY
-    t["PREFETCH"] = prefetch
     return t
 
 
@@ -217,22 +215,12 @@ class Persistent(Static):
         self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes")),
                             proj=str(getattr(dcfg, "attn_proj", "auto")), stages=int(getattr(dcfg, "stages", 3)),
                             elem=dt.itemsize, fold=bool(getattr(dcfg, "fold_ln", True)),
-                            add_once=bool(getattr(dcfg, "add_once", False)),
-                            prefetch=self.prefetches(str(getattr(dcfg, "prefetch", "auto")), dev)))
+                            add_once=bool(getattr(dcfg, "add_once", False))))
         # the barrier, then two counters per (layer, head): its q/k/v tiles, its rows' outputs in Y
         self.bar = torch.zeros(1 + 2 * L * H, device=dev, dtype=torch.int32)
         self.stamps = None  # a list while phase_profile runs
         self.logits = None  # (total, B, V) fp32, one row of logits per output column; sized on first run
         self.dtype = dt
-
-    def prefetches(self, setting: str, dev) -> bool:
-        """decode.prefetch: on, off, or auto -- on where the weights the kernel streams each token
-        do not fit in the GPU's L2 (where they do, they are in L2 from the second token on). The
-        prefetch is sm_90's bulk copy engine; the interpreter runs no inline PTX."""
-        if setting == "off" or interpreting() or torch.cuda.get_device_capability(dev)[0] < 9:
-            return False
-        streamed = sum(w.numel() * w.element_size() for name, w in self.w.items() if name.startswith("W_"))
-        return setting == "on" or streamed > torch.cuda.get_device_properties(dev).L2_cache_size
 
     def set_tiles(self, tiles: dict) -> None:
         """Use these tiles (plan()'s keys) and size the scratch buffers for them."""
@@ -314,11 +302,6 @@ class Persistent(Static):
     @classmethod
     def check(cls, cfg, device) -> None:
         check_triton_step(cfg, device)
-        setting = str(getattr(cfg.decode, "prefetch", "auto"))
-        if setting == "on" and torch.device(device).type == "cuda" and torch.cuda.get_device_capability(device)[0] < 9:
-            major, minor = torch.cuda.get_device_capability(device)
-            raise ValueError(f"decode.prefetch=on needs the bulk copy engine of sm_90 or later; this GPU is "
-                             f"sm_{major}{minor}: use decode.prefetch=auto or off")
 
     @classmethod
     def kernels_per_token(cls, shape, bf16: bool) -> int:
