@@ -1,6 +1,8 @@
 """run.py starts the CUDA driver and the GPU's primary context while it imports (transformerop/
 cuda_early.py): only for runs that may use the GPU here, harmless where there is no driver or a
-value does not parse, and on a GPU the primary context exists before torch is imported."""
+value does not parse, and on a GPU the primary context exists before torch is imported. Then it
+warms torch's CUDA state, cuBLAS and cuDNN while Hydra composes: nothing where nothing started,
+done before the job's own CUDA work, which (a CUDA graph capture included) then runs as usual."""
 import subprocess
 import sys
 import threading
@@ -68,3 +70,47 @@ def test_the_early_start_makes_the_primary_context_before_torch():
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
     assert lines["ACTIVE_BEFORE_TORCH"] == "1"
     assert lines["TORCH_AFTER"] == "8.0"  # torch (which uses the primary context) runs on it
+
+
+def test_the_warm_up_runs_only_after_an_early_start_and_ends_quietly(monkeypatch):
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    monkeypatch.setattr(cuda_early, "_early", None)
+    monkeypatch.setattr(cuda_early, "_warming", None)
+    assert cuda_early.warm() is None  # start() started nothing (a CPU or multirun launch)
+    cuda_early.settle()  # and there is nothing to wait for
+    assert cuda_early.start(["run.py"], {}) is not None
+    thread = cuda_early.warm()
+    assert thread is not None and cuda_early.warm() is thread  # one warm-up a process
+    cuda_early.settle()
+    assert not thread.is_alive() and errors == []  # here: no GPU, it returns; on a GPU, it warmed it
+
+
+WARM = """
+import torch
+from transformerop import cuda_early
+cuda_early.start(["run.py"], {})
+cuda_early.warm()
+cuda_early.settle()
+print("INITIALIZED", torch.cuda.is_initialized())
+x = torch.ones(8, device="cuda")
+g = torch.cuda.CUDAGraph()
+s = torch.cuda.Stream()
+with torch.cuda.stream(s):
+    y = x * 2
+torch.cuda.current_stream().wait_stream(s)
+with torch.cuda.graph(g):
+    y = x * 3
+x.fill_(2.0)
+g.replay()
+print("GRAPHED", y.sum().item())
+"""
+
+
+@pytest.mark.gpu
+def test_after_the_warm_up_torch_is_initialised_and_a_graph_captures():
+    out = subprocess.run([sys.executable, "-c", WARM], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    assert lines["INITIALIZED"] == "True"
+    assert lines["GRAPHED"] == "48.0"  # 8 x 2 x 3, replayed on the new values

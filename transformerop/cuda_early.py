@@ -2,9 +2,17 @@
 imports torch and Hydra: the job's first CUDA call (torch's lazy init: the driver's cuInit, then
 the context every CUDA runtime user shares) then finds both made, and start-up does not pay for
 them after the imports. ctypes releases the GIL inside each driver call, so the imports go on
-meanwhile. Nothing here imports torch: this must run before it."""
+meanwhile. Nothing at this module's top imports torch: start() must run before it.
+
+Then, once torch is imported, warm() goes on in the same thread while Hydra composes the config:
+torch's own CUDA state, and the first calls into cuBLAS and cuDNN (their libraries load and their
+handles are made on first use: a tenth of a second or more each on the H200), with tiny inputs.
+torch releases the GIL inside its ops, so Hydra's Python goes on meanwhile; the handles go back
+to torch's pool when the thread ends, for the job's thread to take. settle() waits for it before
+the job's own CUDA work: nothing else may run on the GPU while a CUDA graph is captured."""
 import atexit
 import ctypes
+import logging
 import os
 import sys
 import threading
@@ -48,6 +56,45 @@ def _init(gpu: int) -> None:
         cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)  # kept: torch uses the same context
 
 
+def _warm(early: threading.Thread, gpu: int) -> None:
+    early.join()
+    try:
+        import torch
+        import torch.nn.functional as F
+        if gpu >= torch.cuda.device_count():
+            return  # the job's own checks say what is wrong
+        dev = torch.device("cuda", gpu)
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        x = torch.ones(1, 1, 64, 64, device=dev, dtype=dtype, requires_grad=True)
+        (x[0, 0] @ x[0, 0]).sum().backward()  # cuBLAS, forward and backward
+        F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()  # cuDNN (or flash) attention
+        torch.cuda.synchronize(dev)
+    except Exception as e:  # noqa: BLE001 -- best effort: the job meets the same error itself, reported there
+        logging.getLogger(__name__).debug(f"GPU warm-up: {e}")
+
+
+_early: threading.Thread | None = None
+_gpu: int | None = None
+_warming: threading.Thread | None = None
+
+
+def warm() -> threading.Thread | None:
+    """After torch is imported: torch's CUDA state and the math libraries' first calls in a thread
+    of their own, on the GPU start() chose (nothing where start() started nothing)."""
+    global _warming
+    if _early is None or _warming is not None:
+        return _warming
+    _warming = threading.Thread(target=_warm, args=(_early, _gpu), name="cuda-warm", daemon=True)
+    _warming.start()
+    return _warming
+
+
+def settle() -> None:
+    """Wait for warm()'s thread (if any) before the job's own CUDA work."""
+    if _warming is not None:
+        _warming.join()
+
+
 def start(argv: list | None = None, environ=None) -> threading.Thread | None:
     """Start the driver and the primary context of this process's GPU (ordinal) in a daemon
     thread, unless the run stays off the GPU; returns the thread."""
@@ -55,7 +102,9 @@ def start(argv: list | None = None, environ=None) -> threading.Thread | None:
     gpu = ordinal(argv, environ)
     if not wanted(argv, environ) or gpu is None:
         return None
+    global _early, _gpu
     thread = threading.Thread(target=_init, args=(gpu,), name="cuda-early", daemon=True)
     thread.start()
-    atexit.register(thread.join, JOIN_S)
+    atexit.register(lambda: (thread.join(JOIN_S), _warming and _warming.join(JOIN_S)))
+    _early, _gpu = thread, gpu
     return thread

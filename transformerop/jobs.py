@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 
-from . import clock, config, distributed, tracking
+from . import clock, config, cuda_early, distributed, tracking
 from .errors import BackendUnavailable, ConfigError, UserError, show_traceback
 from .runtime import env_info, peak_memory_bytes, pick_device, reset_peak_memory
 from .tasks import task_module
@@ -167,6 +167,7 @@ def run_job(cfg) -> dict | None:
     clock.mark("checks")
 
     status, error, device, known = "ok", None, None, False
+    cuda_early.settle()  # run.py's warm-up of the GPU is over before the job's own CUDA work
     try:
         device = distributed.init(pick_device(cfg.device))
         reset_peak_memory(device)  # jobs of a sweep share a process: this job's peak, not the sweep's
