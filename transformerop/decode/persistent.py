@@ -36,7 +36,7 @@ def _prev_pow2(n: int) -> int:
 
 def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: int | None = None,
          budget: int | None = None, cost: str = "bytes", proj: str = "auto", stages: int = 3,
-         elem: int = 2, fold: bool = True, add_once: bool = False) -> dict:
+         elem: int = 2, fold: bool = True, add_once: bool = False, dot: bool | None = None) -> dict:
     """Tiles from the shape. Each matvec phase takes the output tile BN and the reduction chunk BK
     (within the register budget -- fp32 values per program) with the fewest rounds of loads per
     program, each round a full trip to L2 or memory: ceil(tiles / programs) * ceil(K / BK); among
@@ -63,7 +63,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # with the budget doubled again, spilled and lost at batch 1 (h200-2026-12-02d)
     num_warps = num_warps or 8
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
-    dot = batch > 1  # several rows: the tensor cores (a 16-row tile, padded) instead of per-row FMAs
+    dot = batch > 1 if dot is None else dot  # several rows: the tensor cores (a 16-row tile, padded), not per-row FMAs
     b_pad = max(16, _pow2(batch)) if dot else 1
     D = C // H
     BD = _pow2(D)
