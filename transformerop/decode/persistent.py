@@ -109,14 +109,15 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     regs = 1 if elem == 2 else 2
     t["BT"] = max(16, min(_pow2(W), _prev_pow2(budget // (regs * BD))))
     # software pipelining: STAGES chunks of the weights in flight, as many as SHARED_MEMORY holds
-    # (the MLP's two loops hold theirs at once); only where the MLP's reduction has at least twice
-    # as many chunks, or filling the pipeline costs more than it hides (on the H200, bf16: 9 chunks
-    # a tile, 1152 wide at batch 4 and 8, 1.11-1.12x; 3 chunks, 768 wide at batch 8, 0.98x); not
-    # for fp32 weights, whose pipelined tiles spill kilobytes of registers (sm_90 compile, 1152-4096
-    # wide: 4-7 KB against 88 bytes unpipelined)
+    # (the MLP's two loops hold theirs at once), and fewer than the MLP's reduction has chunks: a
+    # pipeline as deep as the loop only fills (on the H200, bf16: 9 chunks a tile, 1152 wide at
+    # batch 4 and 8, three deep 1.11-1.12x; 3 chunks, 768 wide at batch 8, three deep 0.98x, two
+    # deep 1.05x); not for fp32 weights, whose pipelined tiles spill kilobytes of registers (sm_90
+    # compile, 1152-4096 wide: 4-7 KB against 88 bytes unpipelined)
     chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
     stages = max(1, min(stages, SHARED_MEMORY // (2 * chunk))) if elem == 2 else 1
-    t["STAGES"] = stages if triton.cdiv(C, t["BK_FC"]) >= 2 * stages else 1
+    chunks = triton.cdiv(C, t["BK_FC"])
+    t["STAGES"] = max(1, min(stages, chunks - 1))
     # the multiply-add form's chunks load one ahead (the pipeliner does not stream them): on the
     # H200 1.05x at 1152 wide, batch 1; the tensor cores' unpipelined tiles held the extra chunk
     # in spilled registers (0.95x at 768 wide, batch 4 and 8)
@@ -126,11 +127,12 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
     # H200, 1152 wide, bf16: 1.10x at batch 8, 1.11x at batch 4, 1.04x at batch 1). Its tiles read
     # the slot itself (SLOT) where that measured faster: the qkv phase at batch 1 (1152 wide: 283
-    # us of attn phase a token against 310 with COPY) and an MLP planned with STAGES > 1 (1152
-    # wide, batch 8: 270 us of MLP against 317); elsewhere the first tile copies it (COPY: SLOT
-    # lost 7-9% at 768 wide, batch 4 and 8, and in the sm_90 compile spilled 1.3 KB there and
-    # 4.4 KB in a batch-1 MLP of several tiles at 1536 wide, against none with COPY)
-    slot = {"QKV": not dot, "FC": t["STAGES"] > 1, "V": False}
+    # us of attn phase a token against 310 with COPY) and a pipelined MLP whose loop is at least
+    # twice the pipeline (1152 wide, batch 8: 270 us of MLP against 317); elsewhere the first tile
+    # copies it (COPY: SLOT lost 7-9% at 768 wide, batch 4 and 8, and in the sm_90 compile spilled
+    # 1.3 KB there and 4.4 KB in a batch-1 MLP of several tiles at 1536 wide, against none with
+    # COPY; the two-deep MLP at 768 wide was measured with COPY)
+    slot = {"QKV": not dot, "FC": t["STAGES"] > 1 and chunks >= 2 * t["STAGES"], "V": False}
     for name in slot:
         t[f"FOLD_{name}"] = 0 if t[f"ONE_{name}"] or not fold else SLOT if slot[name] else COPY
     return t
