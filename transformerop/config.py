@@ -116,7 +116,7 @@ class DecodeConfig:
     attn_proj: AttnProj = AttnProj.auto
     # the one-launch path's weight-chunk loops keep up to this many chunks in flight (copied into
     # shared memory ahead of their use): a program streaming a large layer waits on one load at a
-    # time otherwise; the plan uses 1 (no software pipelining) where its loops are too short
+    # time otherwise; the plan keeps the pipeline shallower than the MLP's loop (one stage: none)
     stages: int = num(3, ge=1, le=4)
     # the one-launch path moves a LayerNorm past the products that follow it where a phase takes
     # more than one round of loads: no pass over the stream before its first product
