@@ -63,12 +63,12 @@ def _warm(early: threading.Thread, gpu: int) -> None:
         import torch.nn.functional as F
         if gpu >= torch.cuda.device_count():
             return  # the job's own checks say what is wrong
-        dev = torch.device("cuda", gpu)
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        x = torch.ones(1, 1, 64, 64, device=dev, dtype=dtype, requires_grad=True)
-        (x[0, 0] @ x[0, 0]).sum().backward()  # cuBLAS, forward and backward
-        F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()  # cuDNN (or flash) attention
-        torch.cuda.synchronize(dev)
+        with torch.cuda.device(gpu):  # this thread's current GPU: no context on any other (torchrun ranks)
+            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            x = torch.ones(1, 1, 64, 64, device=f"cuda:{gpu}", dtype=dtype, requires_grad=True)
+            (x[0, 0] @ x[0, 0]).sum().backward()  # cuBLAS, forward and backward
+            F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()  # cuDNN (or flash) attention
+            torch.cuda.synchronize()
     except Exception as e:  # noqa: BLE001 -- best effort: the job meets the same error itself, reported there
         logging.getLogger(__name__).debug(f"GPU warm-up: {e}")
 
