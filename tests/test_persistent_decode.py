@@ -89,6 +89,13 @@ for batch, levers in ((1, {{"fold_ln": False}}), (3, {{"fold_ln": False}})):
     t = dec.runner.tiles
     print(f"LEVERS_{{batch}}", torch.equal(mine, ref), t["FOLD_QKV"] + t["FOLD_FC"] + t["FOLD_V"],
           (torch.stack(logits) - ref_logits).abs().max().item())
+# decode.tiles from the config: the tensor-core form planned at batch 1 (DOT), its MLP pipelined two deep
+ref, ref_logits = run(mb, "recompute", 1, 40 + 8, temperature=0)
+dec = Decoder(mb, "persistent", 1, 40 + 8, temperature=0, dcfg=OmegaConf.create({{"tiles": {{"DOT": True, "STAGES": 2}}}}))
+logits = []
+mine = dec(prompt[:1], None, on_logits=lambda i, x: logits.append(x.float().clone()))
+t = dec.runner.tiles
+print("BY_HAND", torch.equal(mine, ref), t["DOT"], t["B_PAD"], t["STAGES"], (torch.stack(logits) - ref_logits).abs().max().item())
 tiles = {{**plan(64, 4, 20, 64, 3, 1), **loops}}
 sampled = [run(m, p, 3, 40 + 8, tiles=tiles if p == "persistent" else None, temperature=0.7, top_k=4)[0]
            for p in ("recompute", "persistent")]
@@ -128,6 +135,8 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     for batch in (1, 3):  # the config reaches the plan: no phase folded
         tokens, folds, diff = lines[f"LEVERS_{batch}"].split()
         assert (tokens, folds) == ("True", "0") and float(diff) < 1e-5
+    tokens, dot, b_pad, stages, diff = lines["BY_HAND"].split()  # decode.tiles reaches the plan, DOT re-plans
+    assert (tokens, dot, b_pad, stages) == ("True", "True", "16", "2") and float(diff) < 1e-5
     assert lines["TILED_SAMPLED"] == "True"
     for batch in (3, 1):  # tokens alone are not enough: a wrong head's y kept them and moved logits by 0.16
         tokens, shared, diff = lines[f"SHARED_{batch}"].split()
@@ -144,6 +153,12 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     with pytest.raises(ValueError, match="decode=persistent runs GPT blocks"):
         check(make_cfg("decode=persistent", "model=bigram", "train=bigram"), torch.device("cpu"))
+    fp32 = ("decode=persistent", "model=gpt", "train.dtype=float32")
+    check(make_cfg(*fp32, "+decode.tiles.STAGES=2", "+decode.tiles.DOT=true"), torch.device("cpu"))  # plan keys pass
+    with pytest.raises(ValueError, match=r"decode.tiles.STAGE is not a key of decode=persistent's plan; it has .*STAGES"):
+        check(make_cfg(*fp32, "+decode.tiles.STAGE=2"), torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"decode.tiles.BN_FC='wide': a plan key takes an int or a bool"):
+        check(make_cfg(*fp32, "+decode.tiles.BN_FC=wide"), torch.device("cpu"))
 
 
 def test_plan_fits_the_register_budget_and_covers_every_output():

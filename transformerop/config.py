@@ -11,7 +11,7 @@ import os
 import time
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from enum import StrEnum
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as CHOSEN_BY_DEFAULTS
@@ -124,6 +124,11 @@ class DecodeConfig:
     # the one-launch path's batch-1 MLP, where one chunk covers its outputs: each program sums its
     # tiles' shares and adds them once, instead of every tile adding onto the same addresses
     add_once: bool = False
+    # the one-launch path's plan keys set by hand over its plan's (decode/persistent.py: plan), to
+    # A/B one key through the whole pipeline: +decode.tiles.STAGES=2 (the + adds a key to the empty
+    # dict); DOT plans the tiles for that form first (+decode.tiles.DOT=true: the tensor cores at
+    # batch 1), the other keys then override the plan's. A key the plan lacks is refused
+    tiles: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

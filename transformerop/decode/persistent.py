@@ -214,10 +214,12 @@ class Persistent(Static):
         self.w["FOLD"] = folded_norms(self.w, L, self.bias, self.ln_bias)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
-        self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes")),
-                            proj=str(getattr(dcfg, "attn_proj", "auto")), stages=int(getattr(dcfg, "stages", 3)),
-                            elem=dt.itemsize, fold=bool(getattr(dcfg, "fold_ln", True)),
-                            add_once=bool(getattr(dcfg, "add_once", False))))
+        by_hand = dict(getattr(dcfg, "tiles", None) or {})  # decode.tiles: DOT re-plans, the rest overrides
+        self.set_tiles({**plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes")),
+                               proj=str(getattr(dcfg, "attn_proj", "auto")), stages=int(getattr(dcfg, "stages", 3)),
+                               elem=dt.itemsize, fold=bool(getattr(dcfg, "fold_ln", True)),
+                               add_once=bool(getattr(dcfg, "add_once", False)), dot=by_hand.pop("DOT", None)),
+                        **by_hand})
         # the barrier, then two counters per (layer, head): its q/k/v tiles, its rows' outputs in Y
         self.bar = torch.zeros(1 + 2 * L * H, device=dev, dtype=torch.int32)
         self.stamps = None  # a list while phase_profile runs
@@ -304,6 +306,15 @@ class Persistent(Static):
     @classmethod
     def check(cls, cfg, device) -> None:
         check_triton_step(cfg, device)
+        by_hand = dict(getattr(cfg.decode, "tiles", None) or {})
+        m = cfg.model
+        keys = plan(m.n_embd, m.n_head, 65, m.block_size, cfg.generate.batch_size, 132) if by_hand else {}
+        for key, value in by_hand.items():
+            if key not in keys:
+                raise ValueError(f"decode.tiles.{key} is not a key of decode=persistent's plan; it has "
+                                 f"{', '.join(sorted(keys))}")
+            if not isinstance(value, (bool, int)):
+                raise ValueError(f"decode.tiles.{key}={value!r}: a plan key takes an int or a bool")
 
     @classmethod
     def kernels_per_token(cls, shape, bf16: bool) -> int:
