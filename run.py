@@ -13,7 +13,7 @@ from transformerop.jobs import compose_once, objective, run_job  # noqa: E402
 from transformerop.tracking import SweepSummary  # noqa: E402
 
 clock.imports_done()
-cuda_early.warm()  # torch's CUDA state, cuBLAS and cuDNN start while Hydra composes the config
+cuda_early.warm()  # torch's CUDA state and the first cuBLAS and SDPA calls, while Hydra composes the config
 register()
 compose_once()  # Hydra would compose the config once more just to read hydra.mode
 

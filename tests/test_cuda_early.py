@@ -30,7 +30,8 @@ def test_which_runs_start_cuda_early(argv, env, expect):
 
 @pytest.mark.parametrize("argv,env,gpu", [
     (["run.py"], {}, 0), (["run.py", "device=cuda:2"], {}, 2), (["run.py"], {"LOCAL_RANK": "3"}, 3),
-    (["run.py", "device=cuda:x"], {}, None), (["run.py"], {"LOCAL_RANK": "a"}, None)])
+    (["run.py", "device=cuda:x"], {}, None), (["run.py"], {"LOCAL_RANK": "a"}, None),
+    (["run.py", "device=cuda:0"], {"LOCAL_RANK": "1", "WORLD_SIZE": "2"}, 1)])  # torchrun: each rank its own
 def test_the_gpu_it_starts_and_no_crash_on_a_bad_value(argv, env, gpu):
     """A value that does not parse starts nothing here: the job's own checks report it."""
     assert cuda_early.ordinal(argv, env) == gpu
@@ -72,18 +73,24 @@ def test_the_early_start_makes_the_primary_context_before_torch():
     assert lines["TORCH_AFTER"] == "8.0"  # torch (which uses the primary context) runs on it
 
 
-def test_the_warm_up_runs_only_after_an_early_start_and_ends_quietly(monkeypatch):
-    errors = []
-    monkeypatch.setattr(threading, "excepthook", errors.append)
-    monkeypatch.setattr(cuda_early, "_early", None)
-    monkeypatch.setattr(cuda_early, "_warming", None)
+def test_the_warm_up_runs_only_after_an_early_start_and_says_when_it_failed(monkeypatch, caplog):
+    for name in ("_early", "_gpu", "_warming", "warm_error"):  # this process's own start() left them set
+        monkeypatch.setattr(cuda_early, name, None)
+    monkeypatch.setattr(cuda_early.atexit, "register", lambda *a: None)
     assert cuda_early.warm() is None  # start() started nothing (a CPU or multirun launch)
     cuda_early.settle()  # and there is nothing to wait for
     assert cuda_early.start(["run.py"], {}) is not None
     thread = cuda_early.warm()
     assert thread is not None and cuda_early.warm() is thread  # one warm-up a process
     cuda_early.settle()
-    assert not thread.is_alive() and errors == []  # here: no GPU, it returns; on a GPU, it warmed it
+    assert "warm-up failed" not in caplog.text  # here: no GPU, it returns; on a GPU, it warmed it
+    import torch  # a fault in the thread: logged by settle(), once
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 / 0)
+    monkeypatch.setattr(cuda_early, "_warming", None)
+    cuda_early.warm()
+    cuda_early.settle()
+    cuda_early.settle()
+    assert caplog.text.count("the GPU warm-up failed: ZeroDivisionError") == 1
 
 
 WARM = """
@@ -94,16 +101,24 @@ cuda_early.warm()
 cuda_early.settle()
 print("INITIALIZED", torch.cuda.is_initialized())
 x = torch.ones(8, device="cuda")
+q = torch.ones(1, 1, 64, 64, device="cuda", dtype=torch.bfloat16)
+
+
+def step():  # what the warm-up called first: a matmul (cuBLAS) and SDPA, in the captured graph too
+    return (x[:, None] * x[None, :] @ x).sum() + torch.nn.functional.scaled_dot_product_attention(
+        q, q, q, is_causal=True).float().sum() * 0
+
+
 g = torch.cuda.CUDAGraph()
 s = torch.cuda.Stream()
 with torch.cuda.stream(s):
-    y = x * 2
+    y = step()
 torch.cuda.current_stream().wait_stream(s)
 with torch.cuda.graph(g):
-    y = x * 3
+    y = step()
 x.fill_(2.0)
 g.replay()
-print("GRAPHED", y.sum().item())
+print("GRAPHED", y.item())
 """
 
 
@@ -113,4 +128,4 @@ def test_after_the_warm_up_torch_is_initialised_and_a_graph_captures():
     assert out.returncode == 0, out.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
     assert lines["INITIALIZED"] == "True"
-    assert lines["GRAPHED"] == "48.0"  # 8 x 2 x 3, replayed on the new values
+    assert lines["GRAPHED"] == "512.0"  # (x x^T) x summed: 8 x 8 x 8 x 2^3, replayed on the new values

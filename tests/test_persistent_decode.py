@@ -6,6 +6,7 @@ the interpreter cannot: the kernel compiles and fits the H200's shared memory.
 On a GPU: the real grid, fp32 and bf16, batch 1 to 8, a wider model."""
 import itertools
 import os
+import re
 
 import pytest
 import torch
@@ -19,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 from transformerop.model import build_model
 from transformerop.decode import Decoder
-from transformerop.decode.persistent import plan
+from transformerop.decode.persistent_plan import plan
 torch.manual_seed(0)
 
 def model(bias, n_embd, block_size):
@@ -96,6 +97,13 @@ logits = []
 mine = dec(prompt[:1], None, on_logits=lambda i, x: logits.append(x.float().clone()))
 t = dec.runner.tiles
 print("BY_HAND", torch.equal(mine, ref), t["DOT"], t["B_PAD"], t["STAGES"], (torch.stack(logits) - ref_logits).abs().max().item())
+# and the multiply-add form at batch 3 (its rows padded to 4, not 1)
+ref, ref_logits = run(mb, "recompute", 3, 40 + 8, temperature=0)
+dec = Decoder(mb, "persistent", 3, 40 + 8, temperature=0, dcfg=OmegaConf.create({{"tiles": {{"DOT": False}}}}))
+logits = []
+mine = dec(prompt[:3], None, on_logits=lambda i, x: logits.append(x.float().clone()))
+t = dec.runner.tiles
+print("BY_HAND_FMA", torch.equal(mine, ref), t["DOT"], t["B_PAD"], (torch.stack(logits) - ref_logits).abs().max().item())
 tiles = {{**plan(64, 4, 20, 64, 3, 1), **loops}}
 sampled = [run(m, p, 3, 40 + 8, tiles=tiles if p == "persistent" else None, temperature=0.7, top_k=4)[0]
            for p in ("recompute", "persistent")]
@@ -137,6 +145,8 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
         assert (tokens, folds) == ("True", "0") and float(diff) < 1e-5
     tokens, dot, b_pad, stages, diff = lines["BY_HAND"].split()  # decode.tiles reaches the plan, DOT re-plans
     assert (tokens, dot, b_pad, stages) == ("True", "True", "16", "2") and float(diff) < 1e-5
+    tokens, dot, b_pad, diff = lines["BY_HAND_FMA"].split()  # B_PAD 1 here computed row 0 alone
+    assert (tokens, dot, b_pad) == ("True", "False", "4") and float(diff) < 1e-5
     assert lines["TILED_SAMPLED"] == "True"
     for batch in (3, 1):  # tokens alone are not enough: a wrong head's y kept them and moved logits by 0.16
         tokens, shared, diff = lines[f"SHARED_{batch}"].split()
@@ -155,16 +165,27 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
         check(make_cfg("decode=persistent", "model=bigram", "train=bigram"), torch.device("cpu"))
     fp32 = ("decode=persistent", "model=gpt", "train.dtype=float32")
     check(make_cfg(*fp32, "+decode.tiles.STAGES=2", "+decode.tiles.DOT=true"), torch.device("cpu"))  # plan keys pass
-    with pytest.raises(ValueError, match=r"decode.tiles.STAGE is not a key of decode=persistent's plan; it has .*STAGES"):
-        check(make_cfg(*fp32, "+decode.tiles.STAGE=2"), torch.device("cpu"))
-    with pytest.raises(ValueError, match=r"decode.tiles.BN_FC='wide': a plan key takes an int or a bool"):
-        check(make_cfg(*fp32, "+decode.tiles.BN_FC=wide"), torch.device("cpu"))
+    for tiles, message in ((["STAGE=2"], "decode.tiles.STAGE: not a plan key you can set; they are DOT, "),
+                           (["B_PAD=16"], "decode.tiles.B_PAD: not a plan key you can set"),  # follows from DOT
+                           (["BN_FC=wide"], "decode.tiles.BN_FC='wide': it takes an integer"),
+                           (["DOT=1"], "decode.tiles.DOT=1: it takes true or false"),
+                           (["BN_FC=48"], "decode.tiles.BN_FC=48: it takes a power of two, at least 1"),
+                           (["STAGES=9"], "decode.tiles.STAGES=9: it takes 1 to 4"),
+                           (["DOT=true", "BN_FC=8"], "decode.tiles (DOT=True, BN_FC=8): a tensor-core tile has 16"),
+                           (["ADD_ONCE=true", "DOT=true"], "ADD_ONCE needs the multiply-add form")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            check(make_cfg(*fp32, *(f"+decode.tiles.{t}" for t in tiles)), torch.device("cpu"))
+    with pytest.raises(ValueError, match=re.escape("decode.tiles (FOLD_FC=1): a phase of one round")):
+        # 64 wide: the MLP is one tile of one chunk (ONE_FC) even on the interpreter's one program
+        check(make_cfg(*fp32, "model.n_embd=64", "model.n_head=4", "+decode.tiles.FOLD_FC=1"), torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"\(BC_FC=1024\): chunks loaded one ahead \(AHEAD\) need BC_FC == BK_FC"):
+        check(make_cfg(*fp32, "model=gpt_3x", "+decode.tiles.BC_FC=1024"), torch.device("cpu"))  # 1152 wide, batch 1
 
 
 def test_plan_fits_the_register_budget_and_covers_every_output():
     import triton
 
-    from transformerop.decode.persistent import REGISTERS_PER_THREAD, SHARE_BYTES, SHARED_MEMORY, plan
+    from transformerop.decode.persistent_plan import REGISTERS_PER_THREAD, SHARE_BYTES, SHARED_MEMORY, plan
     shapes = ((384, 6, 256, 1), (384, 6, 256, 8), (768, 12, 512, 4), (1152, 18, 256, 8), (96, 4, 64, 2),
               (1152, 18, 256, 1))
     for (C, H, W, batch), cost, proj, elem in itertools.product(shapes, ("rounds", "bytes"), ("row", "head", "auto"),
@@ -245,7 +266,7 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     at batch 1, its chunks loaded one ahead over several tiles (AHEAD) and its MLP's shares added
     once a program (ADD_ONCE); 768 wide at batch 8, its MLP pipelined two deep over three chunks."""
     from kernels import triton_persistent as k
-    from transformerop.decode.persistent import plan
+    from transformerop.decode.persistent_plan import plan
     tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2)
     if dtype == "fp32" and proj == "auto":
         tiles["STAGES"] = 3

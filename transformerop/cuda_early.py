@@ -4,12 +4,14 @@ the context every CUDA runtime user shares) then finds both made, and start-up d
 them after the imports. ctypes releases the GIL inside each driver call, so the imports go on
 meanwhile. Nothing at this module's top imports torch: start() must run before it.
 
-Then, once torch is imported, warm() goes on in the same thread while Hydra composes the config:
-torch's own CUDA state, and the first calls into cuBLAS and cuDNN (their libraries load and their
-handles are made on first use: a tenth of a second or more each on the H200), with tiny inputs.
-torch releases the GIL inside its ops, so Hydra's Python goes on meanwhile; the handles go back
-to torch's pool when the thread ends, for the job's thread to take. settle() waits for it before
-the job's own CUDA work: nothing else may run on the GPU while a CUDA graph is captured."""
+Then, once torch is imported, warm() starts a second thread (after the first's driver calls)
+while Hydra composes the config: torch's own CUDA state, and the first cuBLAS and attention
+(SDPA) calls, forward and backward, with tiny inputs -- their libraries load and their handles are
+made on first use, a tenth of a second or more each on the H200 (cuDNN's for SDPA there). torch
+releases the GIL inside its ops, so Hydra's Python goes on meanwhile; the handles go back to
+torch's pool when the thread ends, for the job's thread to take. settle() waits for it before
+the job's own CUDA work, as no other thread may touch the GPU while a CUDA graph is captured, and
+logs what went wrong in it (the job itself then meets the same error, with this one as context)."""
 import atexit
 import ctypes
 import logging
@@ -37,12 +39,14 @@ def wanted(argv: list, environ) -> bool:
 
 
 def ordinal(argv: list, environ) -> int | None:
-    """The GPU this process will use: device=cuda:N's, else LOCAL_RANK's under torchrun, else the
-    first; None when a value does not parse (the job's own checks then say what is wrong)."""
+    """The GPU this process will use: LOCAL_RANK's under torchrun (WORLD_SIZE > 1: each rank takes
+    its own, as transformerop/distributed.py does), else device=cuda:N's, else the first; None
+    when a value does not parse (the job's own checks then say what is wrong)."""
     value = environ.get("LOCAL_RANK", "0")
-    for a in argv[1:]:
-        if a.startswith("device=cuda:"):
-            value = a.split(":", 1)[1]
+    if environ.get("WORLD_SIZE", "1") in ("", "0", "1"):
+        for a in argv[1:]:
+            if a.startswith("device=cuda:"):
+                value = a.split(":", 1)[1]
     return int(value) if value.isdigit() else None
 
 
@@ -69,13 +73,15 @@ def _warm(early: threading.Thread, gpu: int) -> None:
             (x[0, 0] @ x[0, 0]).sum().backward()  # cuBLAS, forward and backward
             F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()  # cuDNN (or flash) attention
             torch.cuda.synchronize()
-    except Exception as e:  # noqa: BLE001 -- best effort: the job meets the same error itself, reported there
-        logging.getLogger(__name__).debug(f"GPU warm-up: {e}")
+    except Exception as e:  # noqa: BLE001 -- kept for settle() to log once logging is set up
+        global warm_error
+        warm_error = e
 
 
 _early: threading.Thread | None = None
 _gpu: int | None = None
 _warming: threading.Thread | None = None
+warm_error: Exception | None = None  # what went wrong in the warm-up thread, if anything
 
 
 def warm() -> threading.Thread | None:
@@ -86,13 +92,19 @@ def warm() -> threading.Thread | None:
         return _warming
     _warming = threading.Thread(target=_warm, args=(_early, _gpu), name="cuda-warm", daemon=True)
     _warming.start()
+    # registered after torch's and Hydra's own exit handlers, so it runs before them
+    atexit.register(_warming.join, JOIN_S)
     return _warming
 
 
 def settle() -> None:
-    """Wait for warm()'s thread (if any) before the job's own CUDA work."""
+    """Wait for warm()'s thread (if any) before the job's own CUDA work, and log its error, once."""
+    global warm_error
     if _warming is not None:
         _warming.join()
+    if warm_error is not None:
+        logging.getLogger(__name__).warning(f"the GPU warm-up failed: {type(warm_error).__name__}: {warm_error}")
+        warm_error = None
 
 
 def start(argv: list | None = None, environ=None) -> threading.Thread | None:
@@ -105,6 +117,6 @@ def start(argv: list | None = None, environ=None) -> threading.Thread | None:
     global _early, _gpu
     thread = threading.Thread(target=_init, args=(gpu,), name="cuda-early", daemon=True)
     thread.start()
-    atexit.register(lambda: (thread.join(JOIN_S), _warming and _warming.join(JOIN_S)))
+    atexit.register(thread.join, JOIN_S)
     _early, _gpu = thread, gpu
     return thread

@@ -167,7 +167,8 @@ def run_job(cfg) -> dict | None:
     clock.mark("checks")
 
     status, error, device, known = "ok", None, None, False
-    cuda_early.settle()  # run.py's warm-up of the GPU is over before the job's own CUDA work
+    cuda_early.settle()  # no other thread may touch the GPU while the job captures a CUDA graph
+    clock.mark("warm")  # what the job waited for the warm-up (run.py) beyond Hydra's compose
     try:
         device = distributed.init(pick_device(cfg.device))
         reset_peak_memory(device)  # jobs of a sweep share a process: this job's peak, not the sweep's
