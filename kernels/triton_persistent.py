@@ -108,7 +108,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, GREEDY: tl.constexpr, TOP_K: tl.constexpr,
                        PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
                        AHEAD: tl.constexpr, FOLD_QKV: tl.constexpr, FOLD_FC: tl.constexpr,
-                       FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr):
+                       FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
+                       AHEAD_FC: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
@@ -117,7 +118,9 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     head), zero at launch: its q, k, v tiles done, then (SHARED_O) its rows' attention outputs in Y
     done. FOLD_QKV, FOLD_FC, FOLD_V: how each phase's LayerNorm is done (0, COPY or SLOT:
     kernels/triton_decode_stream.py); FOLD (fp32) holds u and c for the folded ones, a layer's 14C
-    values -- qkv's u, c, then W_fc's u, c -- and after the layers the head's."""
+    values -- qkv's u, c, then W_fc's u, c -- and after the layers the head's. The MLP has a form
+    of its own (DOT_FC, its rows padded to B_PAD_FC, AHEAD_FC): the tensor cores' pipelined loops
+    can stream its weights faster than the multiply-adds even at batch 1."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
@@ -168,13 +171,13 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                     W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
                     BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD)
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 2, WORK, since, PHASES, PROFILE)
-            w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD)
+            w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
             _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
                  B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
-                 LN2_B + layer * C, eps, NB, C, B_PAD, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD, FOLD_FC, ADD_ONCE,
-                 HAS_BIAS, HAS_LN_B, DOT, PREC, STAGES)
+                 LN2_B + layer * C, eps, NB, C, B_PAD_FC, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD_FC, FOLD_FC, ADD_ONCE,
+                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES)
         logits = LOGITS + t * NB * V
         _arrive(BAR, k + PHASES - 1, WORK, since, PHASES, PROFILE)
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)

@@ -97,6 +97,14 @@ logits = []
 mine = dec(prompt[:1], None, on_logits=lambda i, x: logits.append(x.float().clone()))
 t = dec.runner.tiles
 print("BY_HAND", torch.equal(mine, ref), t["DOT"], t["B_PAD"], t["STAGES"], (torch.stack(logits) - ref_logits).abs().max().item())
+# the MLP alone on the tensor cores at batch 1 (DOT_FC), its loops run over several tiles and chunks, pipelined
+dec = Decoder(mb, "persistent", 1, 40 + 8, temperature=0,
+              dcfg=OmegaConf.create({{"tiles": {{"DOT_FC": True, "BN_FC": 16, "BK_FC": 16, "STAGES": 2}}}}))
+logits = []
+mine = dec(prompt[:1], None, on_logits=lambda i, x: logits.append(x.float().clone()))
+t = dec.runner.tiles
+print("BY_HAND_MLP", torch.equal(mine, ref), t["DOT"], t["DOT_FC"], t["B_PAD_FC"], t["AHEAD_FC"],
+      (torch.stack(logits) - ref_logits).abs().max().item())
 # and the multiply-add form at batch 3 (its rows padded to 4, not 1)
 ref, ref_logits = run(mb, "recompute", 3, 40 + 8, temperature=0)
 dec = Decoder(mb, "persistent", 3, 40 + 8, temperature=0, dcfg=OmegaConf.create({{"tiles": {{"DOT": False}}}}))
@@ -145,6 +153,8 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
         assert (tokens, folds) == ("True", "0") and float(diff) < 1e-5
     tokens, dot, b_pad, stages, diff = lines["BY_HAND"].split()  # decode.tiles reaches the plan, DOT re-plans
     assert (tokens, dot, b_pad, stages) == ("True", "True", "16", "2") and float(diff) < 1e-5
+    tokens, dot, dot_fc, b_pad_fc, ahead_fc, diff = lines["BY_HAND_MLP"].split()
+    assert (tokens, dot, dot_fc, b_pad_fc, ahead_fc) == ("True", "False", "True", "16", "False") and float(diff) < 1e-5
     tokens, dot, b_pad, diff = lines["BY_HAND_FMA"].split()  # B_PAD 1 here computed row 0 alone
     assert (tokens, dot, b_pad) == ("True", "False", "4") and float(diff) < 1e-5
     assert lines["TILED_SAMPLED"] == "True"
@@ -172,6 +182,7 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
                            (["BN_FC=48"], "decode.tiles.BN_FC=48: it takes a power of two, at least 1"),
                            (["STAGES=9"], "decode.tiles.STAGES=9: it takes 1 to 4"),
                            (["DOT=true", "BN_FC=8"], "decode.tiles (DOT=True, BN_FC=8): a tensor-core tile has 16"),
+                           (["DOT_FC=true", "BN_FC=8"], "decode.tiles (DOT_FC=True, BN_FC=8): a tensor-core tile"),
                            (["ADD_ONCE=true", "DOT=true"], "ADD_ONCE needs the multiply-add form")):
         with pytest.raises(ValueError, match=re.escape(message)):
             check(make_cfg(*fp32, *(f"+decode.tiles.{t}" for t in tiles)), torch.device("cpu"))
@@ -258,19 +269,22 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     (1152, 18, 18, 4, "bf16", "rounds", "row"), (1152, 18, 18, 8, "bf16", "bytes", "row"),
     (768, 4, 12, 3, "fp32", "rounds", "row"), (1152, 18, 18, 8, "bf16", "bytes", "head"),
     (384, 6, 6, 1, "bf16", "bytes", "head"), (1152, 2, 18, 3, "fp32", "bytes", "auto"),
-    (1152, 18, 18, 1, "bf16", "bytes", "row"), (768, 12, 12, 8, "bf16", "bytes", "auto")])
+    (1152, 18, 18, 1, "bf16", "bytes", "row"), (768, 12, 12, 8, "bf16", "bytes", "auto"),
+    (1152, 18, 18, 1, "bf16", "bytes", "auto")])
 def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost, proj):
     """conftest.compile_for_h200 at the plan's tiles, its pipelined weight chunks (STAGES) in the
     H200's shared memory; fp32 at 1152 wide, batch 3, pipelined three deep as the GPU test forces
     it (the plan does not pipeline fp32), the most shared memory the loops can ask for; 1152 wide
     at batch 1, its chunks loaded one ahead over several tiles (AHEAD) and its MLP's shares added
-    once a program (ADD_ONCE); 768 wide at batch 8, its MLP pipelined two deep over three chunks."""
+    once a program (ADD_ONCE); 768 wide at batch 8, its MLP pipelined two deep over three chunks;
+    1152 wide at batch 1 with the MLP alone on the tensor cores, pipelined three deep (DOT_FC)."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent_plan import plan
-    tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2)
+    mlp_on_dot = {"DOT_FC": True, "BN_FC": 64, "BK_FC": 128, "STAGES": 3} if (C, batch, proj) == (1152, 1, "auto") else {}
+    tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2, by_hand=mlp_on_dot)
     if dtype == "fp32" and proj == "auto":
         tiles["STAGES"] = 3
-    if (C, batch) == (1152, 1):  # the MLP's shares added once a program (ADD_ONCE; its one chunk covers C)
+    if (C, batch, proj) == (1152, 1, "row"):  # the MLP's shares added once a program (ADD_ONCE; its one chunk covers C)
         tiles["ADD_ONCE"] = True
     options = {"num_warps": tiles.pop("num_warps"), "num_stages": tiles.pop("num_stages")}
     const = {"NB": batch, "C": C, "H": H, "L": L, "V": 65, "W_CACHE": 256, "TOTAL": 501, **tiles, "HAS_BIAS": True,

@@ -124,10 +124,9 @@ class DecodeConfig:
     # the one-launch path's batch-1 MLP, where one chunk covers its outputs: each program sums its
     # tiles' shares and adds them once, instead of every tile adding onto the same addresses
     add_once: bool = False
-    # the one-launch path's plan keys set by hand over its plan's (decode/persistent.py: plan), to
-    # A/B one key through the whole pipeline: +decode.tiles.STAGES=2 (the + adds a key to the empty
-    # dict); DOT plans the tiles for that form first (+decode.tiles.DOT=true: the tensor cores at
-    # batch 1), the other keys then override the plan's. A key the plan lacks is refused
+    # the one-launch path's plan choices set by hand, the rest planned around them
+    # (decode/persistent_plan.py), to A/B them through the whole pipeline: +decode.tiles.STAGES=2
+    # (the + adds a key to the empty dict), '++decode.tiles={DOT_FC:true,BN_FC:64}' (a set)
     tiles: Dict[str, Any] = field(default_factory=dict)
 
 

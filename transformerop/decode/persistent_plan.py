@@ -43,9 +43,11 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     holds that many of the largest chunk. FOLD_QKV, FOLD_FC, FOLD_V: where a phase's LayerNorm
     goes after its products (fold: decode.fold_ln). ADD_ONCE (add_once: decode.add_once): the
     batch-1 MLP's shares added once a program, where its one output chunk covers C and a program
-    may have several tiles. elem: bytes of a weight. by_hand (decode.tiles): keys of SETTABLE taken
-    as given, the rest planned around them (DOT=true: the tensor-core form at any batch; a BN or
-    BK: the phase's other tile, its ONE, the MLP's BC and the pipeline follow from it)."""
+    may have several tiles. DOT_FC: the MLP's own form (DOT's unless by hand), its rows padded
+    to B_PAD_FC, its chunks one ahead (AHEAD_FC) only on the multiply-adds. elem: bytes of a
+    weight. by_hand (decode.tiles): keys of SETTABLE taken as given, the rest planned around them
+    (DOT=true: the tensor-core form at any batch; a BN or BK: the phase's other tile, its ONE,
+    the MLP's BC and the pipeline follow from it)."""
     fixed = dict(by_hand or {})
     # eight warps a program: their doubled register budget holds twice the bytes in flight and
     # the cache in half the slot blocks (the A/B: experiments/results/h200-2026-12-01d); sixteen,
@@ -53,29 +55,36 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     num_warps = fixed.get("num_warps") or num_warps or 8
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
     dot = fixed.get("DOT", batch > 1)  # several rows: the tensor cores (a 16-row tile, padded), not per-row FMAs
-    b_pad = max(16, _pow2(batch)) if dot else _pow2(batch)
+    dot_fc = fixed.get("DOT_FC", dot)  # the MLP's own form
+
+    def rows_padded(on_dot):  # the rows a phase's products hold: 16 at least on the tensor cores
+        return max(16, _pow2(batch)) if on_dot else _pow2(batch)
+    b_pad = rows_padded(dot)
     D = C // H
     BD = _pow2(D)
-    rows = 1 if dot else b_pad  # the products' register cost per weight element
+    # num_stages 1: no software pipelining of the whole kernel (two stages measured slower,
+    # experiments/results/h200-2026-12-01d); its weight loops pipeline on their own (STAGES)
     t = {"B_PAD": b_pad, "BD": BD, "VP": _pow2(V), "CP": _pow2(C), "num_warps": num_warps, "num_stages": 1,
-         "DOT": dot}  # no software pipelining: two stages measured slower (experiments/results/h200-2026-12-01d)
+         "DOT": dot, "DOT_FC": dot_fc, "B_PAD_FC": rows_padded(dot_fc)}
     t["CH"] = fixed.get("CH", max(1, min(t["VP"], budget // t["VP"])))
-    # a weight element costs a register per row on the multiply-add form (the inputs are held in
-    # the weights' layout); a dot holds its weight tile and its inputs: half of one each
-    cap = budget // rows if not dot else budget // 2
     for name, groups, group, K, parts in (("QKV", H, 3 * D, C, 3), ("FC", 1, 4 * C, C, 2), ("V", 1, V, C, 3)):
+        on_dot = dot_fc if name == "FC" else dot
+        pad = rows_padded(on_dot)
+        # a weight element costs a register per row on the multiply-add form (the inputs are held
+        # in the weights' layout); a dot holds its weight tile and its inputs: half of one each
+        cap = budget // 2 if on_dot else budget // pad
         bns = [fixed[f"BN_{name}"]] if f"BN_{name}" in fixed else \
-            [1 << i for i in range(4 if dot else 0, max(5, _pow2(group).bit_length()))]
+            [1 << i for i in range(4 if on_dot else 0, max(5, _pow2(group).bit_length()))]
         bks = [fixed[f"BK_{name}"]] if f"BK_{name}" in fixed else [1 << i for i in range(4, _pow2(K).bit_length())]
         pairs = [(bn, bk) for bn in bns for bk in bks]
         best = None
-        for bn, bk in [(n, k) for n, k in pairs if n * k <= cap and b_pad * k <= budget] or pairs:  # by hand: as given
+        for bn, bk in [(n, k) for n, k in pairs if n * k <= cap and pad * k <= budget] or pairs:  # by hand: as given
             tiles = groups * triton.cdiv(group, bn)
             rounds = triton.cdiv(tiles, programs) * triton.cdiv(K, bk)
             idle = max(0, programs - tiles)  # programs whose bandwidth the phase leaves unused
             waste = triton.cdiv(K, bk) * bk - K  # padded columns loaded for nothing
             rank = (rounds,)
-            if cost == "bytes" and dot:  # 16-bit weights, fp32 stream parts for the batch's rows
+            if cost == "bytes" and on_dot:  # 16-bit weights, fp32 stream parts for the batch's rows
                 rank = (triton.cdiv(tiles, programs) * K * (2 * bn + 4 * parts * batch), rounds)
             if best is None or (*rank, idle, waste) < best[0]:
                 best = ((*rank, idle, waste), bn, bk, rounds)
@@ -109,13 +118,14 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
     stages = max(1, min(stages, SHARED_MEMORY // (2 * chunk))) if elem == 2 else 1
     fc_chunks = triton.cdiv(C, t["BK_FC"])
-    deepest = min(stages, fc_chunks - 1) if dot else stages if fc_chunks >= 2 * stages else 1
+    deepest = min(stages, fc_chunks - 1) if dot_fc else stages if fc_chunks >= 2 * stages else 1
     t["STAGES"] = fixed.get("STAGES", max(1, deepest))
     # the multiply-add form's chunks load one ahead (the pipeliner does not stream them): on the
     # H200 1.05x at 1152 wide, batch 1; the tensor cores' unpipelined tiles held the extra chunk
     # in spilled registers (0.95x at 768 wide, batch 4 and 8)
     t["AHEAD"] = fixed.get("AHEAD", not dot)
-    t["ADD_ONCE"] = fixed.get("ADD_ONCE", add_once and not dot and t["BC_FC"] >= C and not t["ONE_FC"])
+    t["AHEAD_FC"] = t["AHEAD"] and not dot_fc  # the MLP's own form decides for its loops
+    t["ADD_ONCE"] = fixed.get("ADD_ONCE", add_once and not dot_fc and t["BC_FC"] >= C and not t["ONE_FC"])
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
     # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
     # H200, 1152 wide, bf16: 1.10x at batch 8, 1.11x at batch 4, 1.04x at batch 1). Its tiles read
@@ -134,7 +144,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 
 # what decode.tiles may set: the plan's choices (the rest -- B_PAD, BD, VP, CP, ONE_QKV/FC/V,
 # num_stages -- follows from the shape and from these), with the values each may take
-FLAGS = ("DOT", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O")
+FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
 RANGES = {"STAGES": (1, 4), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2), "O_CHUNKS": (1, 1 << 16)}
@@ -158,11 +168,11 @@ def by_hand_error(by_hand: dict, C: int, H: int, V: int, W: int, batch: int, pro
         if key in RANGES and not RANGES[key][0] <= value <= RANGES[key][1]:
             return f"decode.tiles.{key}={value}: it takes {RANGES[key][0]} to {RANGES[key][1]}"
     t = plan(C, H, V, W, batch, programs, by_hand=by_hand)
-    rules = ((not t["DOT"] or min(t["BN_QKV"], t["BN_FC"], t["BN_V"]) >= 16,
-              "a tensor-core tile has 16 outputs or more"),
-             (t["ONE_FC"] or not t["AHEAD"] or t["BC_FC"] == t["BK_FC"],
+    rules = ((not t["DOT"] or min(t["BN_QKV"], t["BN_V"]) >= 16, "a tensor-core tile has 16 outputs or more"),
+             (not t["DOT_FC"] or t["BN_FC"] >= 16, "a tensor-core tile has 16 outputs or more"),
+             (t["ONE_FC"] or not t["AHEAD_FC"] or t["BC_FC"] == t["BK_FC"],
               "chunks loaded one ahead (AHEAD) need BC_FC == BK_FC"),
-             (not t["ADD_ONCE"] or (not t["DOT"] and t["BC_FC"] >= C),
+             (not t["ADD_ONCE"] or (not t["DOT_FC"] and t["BC_FC"] >= C),
               "ADD_ONCE needs the multiply-add form and BC_FC >= C"),
              (all(not (t[f"ONE_{n}"] and t[f"FOLD_{n}"]) for n in ("QKV", "FC", "V")),
               "a phase of one round (ONE_*) keeps its LayerNorm before its products (FOLD_* = 0)"))
