@@ -1,5 +1,5 @@
-"""decode=persistent's tiles, from the shape (plan), and the keys a user may set by hand over
-them (decode.tiles: by_hand_error checks them before any work)."""
+"""The one-launch decode path's tiles (decode/persistent.py), from the shape (plan), and the keys
+a user may set by hand over them (decode.tiles: by_hand_error checks them before any work)."""
 
 import triton
 
