@@ -168,8 +168,8 @@ def by_hand_error(by_hand: dict, C: int, H: int, V: int, W: int, batch: int, pro
         if key in RANGES and not RANGES[key][0] <= value <= RANGES[key][1]:
             return f"decode.tiles.{key}={value}: it takes {RANGES[key][0]} to {RANGES[key][1]}"
     t = plan(C, H, V, W, batch, programs, by_hand=by_hand)
-    rules = ((not t["DOT"] or min(t["BN_QKV"], t["BN_V"]) >= 16, "a tensor-core tile has 16 outputs or more"),
-             (not t["DOT_FC"] or t["BN_FC"] >= 16, "a tensor-core tile has 16 outputs or more"),
+    on_dot = {"QKV": t["DOT"], "FC": t["DOT_FC"], "V": t["DOT"]}
+    rules = ((all(t[f"BN_{n}"] >= 16 for n in on_dot if on_dot[n]), "a tensor-core tile has 16 outputs or more"),
              (t["ONE_FC"] or not t["AHEAD_FC"] or t["BC_FC"] == t["BK_FC"],
               "chunks loaded one ahead (AHEAD) need BC_FC == BK_FC"),
              (not t["ADD_ONCE"] or (not t["DOT_FC"] and t["BC_FC"] >= C),
