@@ -50,6 +50,25 @@ def _tile_rows(tile, N: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
+def _units(pid, nprog, N: tl.constexpr, BN: tl.constexpr, SPREAD: tl.constexpr):
+    """A program's output rows of an N-row phase, walked as range(first, end, step), a tile of BN
+    rows at each: tiles pid, pid + nprog, ... of the grid's; or with SPREAD an even share of the
+    rows, ceil(N / nprog) of them, in tiles masked at the share's end. When the grid's tiles do not
+    divide evenly (72 tiles of 64 on 132 programs), the busiest program of a SPREAD phase loads
+    fewer rows, and no program idles while others load."""
+    if SPREAD:
+        share = tl.cdiv(N, nprog)
+        first = pid * share
+        end = tl.minimum(first + share, N)
+        step = BN
+    else:
+        first = pid * BN
+        end = N
+        step = nprog * BN
+    return first, end, step
+
+
+@triton.jit
 def _next_chunk(W, tile, k0, nprog, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr,
                 BK: tl.constexpr):
     """The weight chunk after (tile, k0) in a program's walk over its tiles (AHEAD): the tile's
@@ -182,16 +201,17 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
          NB: tl.constexpr, C: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr,
          ADD_ONCE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, DOT: tl.constexpr,
-         PREC: tl.constexpr, STAGES: tl.constexpr):
-    """The whole MLP in one phase: each program takes BN hidden units, h = GELU(LN2(X) W_fc^T (+b))
-    for them (X: the stream slot x + attention), and adds their share h W_proj2[:, units]^T into
-    the next slot XM with fp32 atomics (the sum's order varies from run to run, so fp32 results
-    can differ in the last bits); program 0 also folds X (+ FOLD_B, b_proj2) into XM. W_P2T is
-    W_proj2 transposed (4C, C): a program's units are contiguous rows, and its chunks of W_fc and
-    of W_P2T are blocks of one shape (BC == BK), which AHEAD loads one ahead as a single walk.
-    ADD_ONCE (the multiply-add form, one output chunk: BC >= C): a program of several tiles sums
-    their shares in registers and adds them once, where every tile's own add would pile as many
-    atomics onto the same C addresses as there are tiles in the grid."""
+         PREC: tl.constexpr, STAGES: tl.constexpr, SPREAD: tl.constexpr):
+    """The whole MLP in one phase: each program takes its hidden units (_units: tiles of BN, or
+    with SPREAD an even share), h = GELU(LN2(X) W_fc^T (+b)) for them (X: the stream slot x +
+    attention), and adds their share h W_proj2[:, units]^T into the next slot XM with fp32
+    atomics (the sum's order varies from run to run, so fp32 results can differ in the last
+    bits); program 0 also folds X (+ FOLD_B, b_proj2) into XM. W_P2T is W_proj2 transposed
+    (4C, C): a program's units are contiguous rows, and its chunks of W_fc and of W_P2T are
+    blocks of one shape (BC == BK), which AHEAD loads one ahead as a single walk. ADD_ONCE (the
+    multiply-add form, one output chunk: BC >= C): a program of several tiles sums their shares
+    in registers and adds them once, where every tile's own add would pile as many atomics onto
+    the same C addresses as there are tiles in the grid."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     XS += pid * NB * C
@@ -200,21 +220,19 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
     mean, rstd, x_whole = _phase_input(X, XM, FOLD_B, pid == 0, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, WHOLE,
                                        FOLD, HAS_BIAS, HAS_LN_B, STAGES)
     w_next = wfc_pre
-    tiles = tl.cdiv(4 * C, BN)
+    first, r_end, step = _units(pid, nprog, 4 * C, BN, SPREAD)
     tl.static_assert(not ADD_ONCE or (BC >= C and not DOT))
     total = tl.zeros([B_PAD, BC], dtype=tl.float32)  # ADD_ONCE: the sum of this program's shares
-    for tile in range(pid, tiles, nprog):
-        r0 = tile * BN
-        r_end = 4 * C
+    for r0 in range(first, r_end, step):
         offs_n = r0 + tl.arange(0, BN)
         n_ok = offs_n < r_end
         acc = _zeros(BN, B_PAD, DOT)
         s1 = tl.zeros([B_PAD], dtype=tl.float32)  # FOLD: the tile's rows' sums, chunk by chunk
         s2 = s1
         for k0 in tl.range(0, C, BK, num_stages=STAGES):
-            x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0),
-                                    tile == pid, tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE,
-                                    WHOLE, FOLD, HAS_BIAS, HAS_LN_B)
+            x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, XM, FOLD_B, (r0 == 0) * 1, r0 == first,
+                                    r0 + step < r_end, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, WHOLE, FOLD,
+                                    HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = wfc_pre
             elif AHEAD:  # next: this tile's next chunk of W_fc, or its first of W_P2T
@@ -238,7 +256,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
                 if c0 + BC < C:
                     w_next = _block(W_P2T, r0, r_end, c0 + BC, C, C, BN, BC)
                 else:
-                    w_next = _block(W_FC, r0 + nprog * BN, 4 * C, 0, C, C, BN, BK)
+                    w_next = _block(W_FC, r0 + step, r_end, 0, C, C, BN, BK)
             else:
                 w2 = _block(W_P2T, r0, r_end, c0, C, C, BN, BC)
             if DOT:
@@ -250,7 +268,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
             else:
                 tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], part, mask=row_ok[:, None] & c_ok[None, :],
                               sem="relaxed", scope="gpu")
-    if ADD_ONCE and pid < tiles:  # the program's tiles' shares, summed in registers: one atomic add a column
+    if ADD_ONCE and first < r_end:  # the program's tiles' shares, summed in registers: one atomic add a column
         offs_c = tl.arange(0, BC)
         tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], total, mask=row_ok[:, None] & (offs_c < C)[None, :],
                       sem="relaxed", scope="gpu")

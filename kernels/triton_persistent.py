@@ -35,7 +35,7 @@ import triton.language as tl
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 from .triton_decode_attention import _attend, _keys_ahead
-from .triton_decode_phases import _matvec, _mlp, _sample_embed, _tile_rows, _wait, _weights
+from .triton_decode_phases import _matvec, _mlp, _sample_embed, _tile_rows, _units, _wait, _weights
 
 LAYER_PHASES = ("attn", "mlp")
 TOKEN_PHASES = ("head", "sample")
@@ -109,7 +109,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
                        AHEAD: tl.constexpr, FOLD_QKV: tl.constexpr, FOLD_FC: tl.constexpr,
                        FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
-                       AHEAD_FC: tl.constexpr):
+                       AHEAD_FC: tl.constexpr, SPREAD_FC: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
@@ -120,7 +120,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     kernels/triton_decode_stream.py); FOLD (fp32) holds u and c for the folded ones, a layer's 14C
     values -- qkv's u, c, then W_fc's u, c -- and after the layers the head's. The MLP has a form
     of its own (DOT_FC, its rows padded to B_PAD_FC, AHEAD_FC): the tensor cores' pipelined loops
-    can stream its weights faster than the multiply-adds even at batch 1."""
+    can stream its weights faster than the multiply-adds even at batch 1; with SPREAD_FC its hidden
+    units are split evenly over the programs (_units), not in whole tiles."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
@@ -140,6 +141,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
         tl.store(STREAM + b * C + offs_c, x, mask=offs_c < C)
     # this program's first tile of each phase, fixed for the run: its weights can load ahead
     r0, r_end = _tile_rows(pid, 3 * C, 3 * D, BN_QKV)
+    fc0, fc_end, _ = _units(pid, nprog, 4 * C, BN_FC, SPREAD_FC)
     o_head = (pid // O_CHUNKS) % H
     o_row = (pid % O_CHUNKS) * O_WIDTH
     O_ITEMS: tl.constexpr = (1 if SHARED_O else NB) * H * O_CHUNKS  # the projection's items (_attend)
@@ -171,13 +173,13 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                     W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
                     BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD)
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 2, WORK, since, PHASES, PROFILE)
-            w = _weights(W_FC + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC)
-            w2 = _weights(W_P2T + layer * 4 * C * C, pid * BN_FC, 4 * C, 0, C, C, BN_FC, BC_FC, ONE_FC)
+            w = _weights(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC)
+            w2 = _weights(W_P2T + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BC_FC, ONE_FC)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
             _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
                  B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
                  LN2_B + layer * C, eps, NB, C, B_PAD_FC, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD_FC, FOLD_FC, ADD_ONCE,
-                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES)
+                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES, SPREAD_FC)
         logits = LOGITS + t * NB * V
         _arrive(BAR, k + PHASES - 1, WORK, since, PHASES, PROFILE)
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)

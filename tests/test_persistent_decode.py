@@ -250,8 +250,16 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     assert plan(384, 6, 65, 256, 1, 132)["BT"] == 256  # batch 1, bf16: the whole window in one block
     # counting the stream's rereads widens the 1152-wide MLP's tensor-core tiles (one a program,
     # not three); the multiply-add form (batch 1) keeps its tiles
-    rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132, cost="rounds"), plan(1152, 18, 65, 256, 8, 132)
-    assert (rounds["BN_FC"], by_bytes["BN_FC"]) == (16, 64)
+    grid_tiles = {"SPREAD_FC": False}
+    rounds = plan(1152, 18, 65, 256, 8, 132, cost="rounds", by_hand=grid_tiles)
+    assert (rounds["BN_FC"], plan(1152, 18, 65, 256, 8, 132, by_hand=grid_tiles)["BN_FC"]) == (16, 64)
+    # the MLP's units split evenly on the tensor cores: where 4C / BN tiles leave programs idle
+    # (1152 wide: 72 tiles of 64 on 132 programs) each program takes 35 units in one tile masked
+    # at 35, not 64; the multiply-add form keeps whole tiles
+    for batch, spread in ((1, False), (4, True), (8, True)):
+        t = plan(1152, 18, 65, 256, batch, 132)
+        assert (t["SPREAD_FC"], t["BN_FC"]) == (spread, 8 if batch == 1 else 64), batch
+    assert plan(1152, 18, 65, 256, 1, 132, by_hand={"DOT_FC": True})["SPREAD_FC"]
     assert plan(1152, 18, 65, 256, 1, 132, cost="rounds") == plan(1152, 18, 65, 256, 1, 132)
     # decode.fold_ln=false: every LayerNorm before its products; decode.add_once: only where the
     # batch-1 MLP's one output chunk covers C and a program may have several tiles

@@ -1,6 +1,8 @@
 """The one-launch decode path's tiles (decode/persistent.py), from the shape (plan), and the keys
 a user may set by hand over them (decode.tiles: by_hand_error checks them before any work)."""
 
+import itertools
+
 import triton
 
 REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)
@@ -76,19 +78,30 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
         bns = [fixed[f"BN_{name}"]] if f"BN_{name}" in fixed else \
             [1 << i for i in range(4 if on_dot else 0, max(5, _pow2(group).bit_length()))]
         bks = [fixed[f"BK_{name}"]] if f"BK_{name}" in fixed else [1 << i for i in range(4, _pow2(K).bit_length())]
+        # the MLP's units on the tensor cores may also be split evenly over the programs
+        # (SPREAD_FC), in tiles masked at each program's share
+        spreads = [fixed["SPREAD_FC"]] if "SPREAD_FC" in fixed and name == "FC" else \
+            [False, True] if name == "FC" and on_dot else [False]
         pairs = [(bn, bk) for bn in bns for bk in bks]
         best = None
-        for bn, bk in [(n, k) for n, k in pairs if n * k <= cap and pad * k <= budget] or pairs:  # by hand: as given
+        for (bn, bk), spread in itertools.product([(n, k) for n, k in pairs if n * k <= cap and pad * k <= budget]
+                                                  or pairs, spreads):  # by hand: as given
             tiles = groups * triton.cdiv(group, bn)
-            rounds = triton.cdiv(tiles, programs) * triton.cdiv(K, bk)
-            idle = max(0, programs - tiles)  # programs whose bandwidth the phase leaves unused
+            share = triton.cdiv(group, programs)  # SPREAD: a program's units
+            mine = triton.cdiv(share, bn) if spread else triton.cdiv(tiles, programs)  # the busiest program's tiles
+            rows = share if spread else mine * bn  # ... and the rows it loads
+            rounds = mine * triton.cdiv(K, bk)
+            # programs whose bandwidth the phase leaves unused
+            idle = max(0, programs - (triton.cdiv(group, share) if spread else tiles))
             waste = triton.cdiv(K, bk) * bk - K  # padded columns loaded for nothing
             rank = (rounds,)
             if cost == "bytes" and on_dot:  # 16-bit weights, fp32 stream parts for the batch's rows
-                rank = (triton.cdiv(tiles, programs) * K * (2 * bn + 4 * parts * batch), rounds)
-            if best is None or (*rank, idle, waste) < best[0]:
-                best = ((*rank, idle, waste), bn, bk, rounds)
+                rank = (K * (2 * rows + 4 * parts * batch * mine), rounds)
+            if best is None or (*rank, idle, waste, rows) < best[0]:
+                best = ((*rank, idle, waste, rows), bn, bk, rounds, spread)
         t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[1], best[2], best[3] == 1
+        if name == "FC":
+            t["SPREAD_FC"] = best[4]
     t["BC_FC"] = fixed.get("BC_FC", t["BK_FC"])  # the MLP's second product, (units x outputs): the first one's size
     # the projection: its items -- (row, head), or (head) alone for all rows at once -- split its
     # outputs into as many chunks as there are programs for them; a chunk that fits a quarter of the
@@ -144,7 +157,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 
 # what decode.tiles may set: the plan's choices (the rest -- B_PAD, BD, VP, CP, ONE_QKV/FC/V,
 # num_stages -- follows from the shape and from these), with the values each may take
-FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O")
+FLAGS = ("DOT", "DOT_FC", "SPREAD_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
 RANGES = {"STAGES": (1, 4), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2), "O_CHUNKS": (1, 1 << 16)}

@@ -1,0 +1,93 @@
+"""decode=persistent's MLP phase on its own, on a grid of several programs under the Triton
+interpreter (the whole kernel runs on one program there, its barriers passing at once; the MLP
+phase has no barrier inside, so its programs can run one after another): each program's hidden
+units -- tiles of the grid, or an even share (SPREAD_FC) in tiles masked at its end -- and their
+shares added into the next slot must give x + MLP(LN(x)) once, against a float64 reference."""
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from transformerop.decode.persistent_plan import COPY, SLOT
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# the phase as the kernel calls it: the first tile's weights loaded before the phase (as at the
+# barrier), then _mlp; B_P2 is the bias the program folding the slot adds with it
+SCRIPT = '''
+import json, sys
+import torch
+import triton
+import triton.language as tl
+from kernels.triton_decode_phases import _mlp, _units, _weights
+
+
+@triton.jit
+def mlp_alone(X, XM, B_P2, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps, NB: tl.constexpr, C: tl.constexpr,
+              B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr,
+              AHEAD: tl.constexpr, FOLD: tl.constexpr, DOT: tl.constexpr, STAGES: tl.constexpr,
+              SPREAD: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    first, end, _ = _units(pid, nprog, 4 * C, BN, SPREAD)
+    w = _weights(W_FC, first, end, 0, C, C, BN, BK, ONE or AHEAD)
+    w2 = _weights(W_P2T, first, end, 0, C, C, BN, BC, ONE)
+    _mlp(pid, nprog, w, w2, X, XM, B_P2, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps, NB, C, B_PAD, BN, BK, BC, ONE,
+         AHEAD, FOLD, False, True, True, DOT, "ieee", STAGES, SPREAD)
+
+
+torch.manual_seed(0)
+C, NB, eps = 48, 3, 1e-5
+x = torch.randn(NB, C) * 2 + 0.5
+g, beta = 1 + 0.1 * torch.randn(C), 0.1 * torch.randn(C)
+w_fc, b_fc = torch.randn(4 * C, C) / C ** 0.5, 0.1 * torch.randn(4 * C)
+w_p2, b_p2 = torch.randn(C, 4 * C) / (4 * C) ** 0.5, 0.1 * torch.randn(C)
+d = {k: v.double() for k, v in dict(x=x, g=g, beta=beta, w_fc=w_fc, b_fc=b_fc, w_p2=w_p2, b_p2=b_p2).items()}
+xn = (d["x"] - d["x"].mean(1, keepdim=True)) / (d["x"].var(1, unbiased=False, keepdim=True) + eps).sqrt()
+h = (xn * d["g"] + d["beta"]) @ d["w_fc"].T + d["b_fc"]
+h = 0.5 * h * (1 + torch.erf(h / 2 ** 0.5))
+want = d["x"] + h @ d["w_p2"].T + d["b_p2"]
+u = torch.cat([d["w_fc"] @ d["g"], d["w_fc"] @ d["beta"] + d["b_fc"]]).float()  # FOLD's u and c
+errors = {}
+for name, programs, bn, bk, one, ahead, fold, dot, spread in json.loads(sys.argv[1]):
+    xm = torch.zeros(NB, C)
+    xs = torch.zeros(programs, NB, C)
+    b_pad = max(16, triton.next_power_of_2(NB)) if dot else triton.next_power_of_2(NB)
+    mlp_alone[(programs,)](x, xm, b_p2, xs, w_fc, b_fc, u, w_p2.T.contiguous(), g, beta, eps, NB, C, b_pad, bn, bk,
+                           bk, one, ahead, fold, dot, 2, spread)
+    errors[name] = (xm.double() - want).abs().max().item()
+print("RESULT " + json.dumps(errors))
+'''
+
+# (name, programs, BN, BK, ONE, AHEAD, FOLD, DOT, SPREAD); 4C = 192 hidden units
+CASES = [
+    # 5 programs: shares of 39 units, in tiles of 32 (32 + 7, the last program 36: 32 + 4)
+    *[(f"spread_{form}_{'dot' if dot else 'fma'}", 5, 32, 16, False, not dot, fold, dot, True)
+      for (form, fold), dot in itertools.product((("ln_first", 0), ("copy", COPY), ("slot", SLOT)), (False, True))],
+    ("spread_one_tile", 5, 64, 64, True, False, 0, False, True),  # one tile of 64 masked to 39, loaded ahead
+    ("spread_past_the_units", 7, 16, 16, False, True, COPY, False, True),  # 28 a program: the last 24, one idle tile
+    ("spread_more_programs_than_tiles", 200, 16, 32, False, False, 0, True, True),  # 1 unit each, 8 programs idle
+    ("grid_tiles", 5, 32, 16, False, True, COPY, False, False),  # 6 tiles of 32 on 5 programs: program 0 has two
+    ("grid_tiles_dot", 5, 32, 16, False, False, SLOT, True, False),
+]
+
+
+@pytest.fixture(scope="module")
+def errors(tmp_path_factory):
+    import json
+    script = tmp_path_factory.mktemp("mlp") / "mlp_alone.py"  # a file: @triton.jit reads its source
+    script.write_text(SCRIPT)
+    p = subprocess.run([sys.executable, str(script), json.dumps(CASES)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=900, env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": ROOT})
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(next(s for s in p.stdout.splitlines() if s.startswith("RESULT "))[len("RESULT "):])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run: CPU only")
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_every_unit_is_added_once(errors, case):
+    # a unit lost or added twice moves the slot by ~0.1-1; fp32 sums of 48 and 192 terms by ~1e-6
+    assert errors[case] < 1e-4, errors
