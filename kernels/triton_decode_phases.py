@@ -40,41 +40,24 @@ def _weights(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, LO
 
 
 @triton.jit
-def _tile_rows(tile, N: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr):
-    """Output rows of a tile when the N rows come in groups of GROUP (a head's q, k, v) that no
-    tile straddles: (first row, end of its group); a tile past the last has none."""
-    per_group: tl.constexpr = (GROUP + BN - 1) // BN
+def _tile_rows(tile, N: tl.constexpr, GROUP: tl.constexpr, SPAN: tl.constexpr):
+    """Output rows of a tile, [first, end), when the N rows come in groups of GROUP (a head's q, k,
+    v) that no tile straddles, SPAN rows a tile (a tile of BN >= SPAN, masked at its end); a tile
+    past the last has none. SPAN below BN evens out the work: where the grid's tiles of BN do not
+    divide over the programs (72 of 64 rows on 132), tiles of fewer rows spread them over more."""
+    per_group: tl.constexpr = (GROUP + SPAN - 1) // SPAN
     g = tile // per_group
-    r0 = g * GROUP + (tile % per_group) * BN
-    return r0, tl.minimum((g + 1) * GROUP, N)
+    r0 = g * GROUP + (tile % per_group) * SPAN
+    return r0, tl.minimum(tl.minimum(r0 + SPAN, (g + 1) * GROUP), N)
 
 
 @triton.jit
-def _units(pid, nprog, N: tl.constexpr, BN: tl.constexpr, SPREAD: tl.constexpr):
-    """A program's output rows of an N-row phase, walked as range(first, end, step), a tile of BN
-    rows at each: tiles pid, pid + nprog, ... of the grid's; or with SPREAD an even share of the
-    rows, ceil(N / nprog) of them, in tiles masked at the share's end. When the grid's tiles do not
-    divide evenly (72 tiles of 64 on 132 programs), the busiest program of a SPREAD phase loads
-    fewer rows, and no program idles while others load."""
-    if SPREAD:
-        share = tl.cdiv(N, nprog)
-        first = pid * share
-        end = tl.minimum(first + share, N)
-        step = BN
-    else:
-        first = pid * BN
-        end = N
-        step = nprog * BN
-    return first, end, step
-
-
-@triton.jit
-def _next_chunk(W, tile, k0, nprog, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr,
-                BK: tl.constexpr):
+def _next_chunk(W, tile, k0, nprog, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr, SPAN: tl.constexpr,
+                BN: tl.constexpr, BK: tl.constexpr):
     """The weight chunk after (tile, k0) in a program's walk over its tiles (AHEAD): the tile's
     next chunk, or the first of its next tile (nothing past the last tile)."""
     last = k0 + BK >= K
-    r0, r_end = _tile_rows(tl.where(last, tile + nprog, tile), N, GROUP, BN)
+    r0, r_end = _tile_rows(tl.where(last, tile + nprog, tile), N, GROUP, SPAN)
     c0 = tl.where(last, 0, k0 + BK)
     return _block(W, r0, r_end, c0, K, K, BN, BK)
 
@@ -134,7 +117,7 @@ def _tile_output(acc, s1, s2, mean, rstd, U, BIAS, offs_n, n_ok, eps, N: tl.cons
 @triton.jit
 def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, OUT, KC, VC, CNT, pos,
             NB: tl.constexpr, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr,
-            H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
+            H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, SPAN: tl.constexpr,
             BK: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr, HAS_BIAS: tl.constexpr,
             HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr, QKV: tl.constexpr, DOT: tl.constexpr,
             PREC: tl.constexpr, STAGES: tl.constexpr):
@@ -148,13 +131,13 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     XS += pid * NB * K  # this program's copy of the stream
-    tiles: tl.constexpr = (N // GROUP) * ((GROUP + BN - 1) // BN)
+    tiles: tl.constexpr = (N // GROUP) * ((GROUP + SPAN - 1) // SPAN)
     WHOLE: tl.constexpr = BK >= K and not ONE
     mean, rstd, x_whole = _phase_input(X, NXT, FOLD_B, (pid == 0) * QKV, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
                                        WHOLE, FOLD, HAS_BIAS, HAS_LN_B, STAGES)
     w_next = w_pre
     for tile in range(pid, tiles, nprog):
-        r0, r_end = _tile_rows(tile, N, GROUP, BN)
+        r0, r_end = _tile_rows(tile, N, GROUP, SPAN)
         offs_n = r0 + tl.arange(0, BN)
         n_ok = offs_n < r_end
         acc = _zeros(BN, B_PAD, DOT)
@@ -169,7 +152,7 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
                 w = w_pre
             elif AHEAD:
                 w = w_next
-                w_next = _next_chunk(W, tile, k0, nprog, N, K, GROUP, BN, BK)
+                w_next = _next_chunk(W, tile, k0, nprog, N, K, GROUP, SPAN, BN, BK)
             else:
                 w = _block(W, r0, r_end, k0, K, K, BN, BK)
             acc = _product(acc, w, x, DOT, PREC)
@@ -201,9 +184,9 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
          NB: tl.constexpr, C: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr,
          ADD_ONCE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, DOT: tl.constexpr,
-         PREC: tl.constexpr, STAGES: tl.constexpr, SPREAD: tl.constexpr):
-    """The whole MLP in one phase: each program takes its hidden units (_units: tiles of BN, or
-    with SPREAD an even share), h = GELU(LN2(X) W_fc^T (+b)) for them (X: the stream slot x +
+         PREC: tl.constexpr, STAGES: tl.constexpr, SPAN: tl.constexpr):
+    """The whole MLP in one phase: each program takes tiles of SPAN hidden units (_tile_rows),
+    h = GELU(LN2(X) W_fc^T (+b)) for them (X: the stream slot x +
     attention), and adds their share h W_proj2[:, units]^T into the next slot XM with fp32
     atomics (the sum's order varies from run to run, so fp32 results can differ in the last
     bits); program 0 also folds X (+ FOLD_B, b_proj2) into XM. W_P2T is W_proj2 transposed
@@ -220,19 +203,20 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
     mean, rstd, x_whole = _phase_input(X, XM, FOLD_B, pid == 0, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, WHOLE,
                                        FOLD, HAS_BIAS, HAS_LN_B, STAGES)
     w_next = wfc_pre
-    first, r_end, step = _units(pid, nprog, 4 * C, BN, SPREAD)
+    tiles: tl.constexpr = (4 * C + SPAN - 1) // SPAN
     tl.static_assert(not ADD_ONCE or (BC >= C and not DOT))
     total = tl.zeros([B_PAD, BC], dtype=tl.float32)  # ADD_ONCE: the sum of this program's shares
-    for r0 in range(first, r_end, step):
+    for tile in range(pid, tiles, nprog):
+        r0, r_end = _tile_rows(tile, 4 * C, 4 * C, SPAN)
         offs_n = r0 + tl.arange(0, BN)
         n_ok = offs_n < r_end
         acc = _zeros(BN, B_PAD, DOT)
         s1 = tl.zeros([B_PAD], dtype=tl.float32)  # FOLD: the tile's rows' sums, chunk by chunk
         s2 = s1
         for k0 in tl.range(0, C, BK, num_stages=STAGES):
-            x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, XM, FOLD_B, (r0 == 0) * 1, r0 == first,
-                                    r0 + step < r_end, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, WHOLE, FOLD,
-                                    HAS_BIAS, HAS_LN_B)
+            x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0),
+                                    tile == pid, tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE,
+                                    WHOLE, FOLD, HAS_BIAS, HAS_LN_B)
             if ONE:
                 w = wfc_pre
             elif AHEAD:  # next: this tile's next chunk of W_fc, or its first of W_P2T
@@ -256,7 +240,8 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
                 if c0 + BC < C:
                     w_next = _block(W_P2T, r0, r_end, c0 + BC, C, C, BN, BC)
                 else:
-                    w_next = _block(W_FC, r0 + step, r_end, 0, C, C, BN, BK)
+                    r1, r1_end = _tile_rows(tile + nprog, 4 * C, 4 * C, SPAN)
+                    w_next = _block(W_FC, r1, r1_end, 0, C, C, BN, BK)
             else:
                 w2 = _block(W_P2T, r0, r_end, c0, C, C, BN, BC)
             if DOT:
@@ -268,7 +253,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
             else:
                 tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], part, mask=row_ok[:, None] & c_ok[None, :],
                               sem="relaxed", scope="gpu")
-    if ADD_ONCE and first < r_end:  # the program's tiles' shares, summed in registers: one atomic add a column
+    if ADD_ONCE and pid < tiles:  # the program's tiles' shares, summed in registers: one atomic add a column
         offs_c = tl.arange(0, BC)
         tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], total, mask=row_ok[:, None] & (offs_c < C)[None, :],
                       sem="relaxed", scope="gpu")

@@ -35,7 +35,7 @@ import triton.language as tl
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 from .triton_decode_attention import _attend, _keys_ahead
-from .triton_decode_phases import _matvec, _mlp, _sample_embed, _tile_rows, _units, _wait, _weights
+from .triton_decode_phases import _matvec, _mlp, _sample_embed, _tile_rows, _wait, _weights
 
 LAYER_PHASES = ("attn", "mlp")
 TOKEN_PHASES = ("head", "sample")
@@ -109,7 +109,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
                        AHEAD: tl.constexpr, FOLD_QKV: tl.constexpr, FOLD_FC: tl.constexpr,
                        FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
-                       AHEAD_FC: tl.constexpr, SPREAD_FC: tl.constexpr):
+                       AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr,
+                       SPAN_FC: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
@@ -120,13 +121,13 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     kernels/triton_decode_stream.py); FOLD (fp32) holds u and c for the folded ones, a layer's 14C
     values -- qkv's u, c, then W_fc's u, c -- and after the layers the head's. The MLP has a form
     of its own (DOT_FC, its rows padded to B_PAD_FC, AHEAD_FC): the tensor cores' pipelined loops
-    can stream its weights faster than the multiply-adds even at batch 1; with SPREAD_FC its hidden
-    units are split evenly over the programs (_units), not in whole tiles."""
+    can stream its weights faster than the multiply-adds even at batch 1. SPAN_QKV, SPAN_FC: the
+    rows a tile of the qkv phase and of the MLP takes, at most its BN (_tile_rows)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
     PHASES: tl.constexpr = PHASES_PER_LAYER * L + PHASES_PER_TOKEN_EXTRA
-    TILES_PER_HEAD: tl.constexpr = (3 * D + BN_QKV - 1) // BN_QKV
+    TILES_PER_HEAD: tl.constexpr = (3 * D + SPAN_QKV - 1) // SPAN_QKV
     O_WIDTH: tl.constexpr = (C + O_CHUNKS - 1) // O_CHUNKS
     KV_AHEAD: tl.constexpr = BT >= W_CACHE  # the window is one block: its keys load ahead (_keys_ahead)
     t0 = tl.load(T_PTR)
@@ -140,8 +141,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             tl.load(WPE + pos0 * C + offs_c, mask=offs_c < C, other=0.0).to(tl.float32)
         tl.store(STREAM + b * C + offs_c, x, mask=offs_c < C)
     # this program's first tile of each phase, fixed for the run: its weights can load ahead
-    r0, r_end = _tile_rows(pid, 3 * C, 3 * D, BN_QKV)
-    fc0, fc_end, _ = _units(pid, nprog, 4 * C, BN_FC, SPREAD_FC)
+    r0, r_end = _tile_rows(pid, 3 * C, 3 * D, SPAN_QKV)
+    fc0, fc_end = _tile_rows(pid, 4 * C, 4 * C, SPAN_FC)
     o_head = (pid // O_CHUNKS) % H
     o_row = (pid % O_CHUNKS) * O_WIDTH
     O_ITEMS: tl.constexpr = (1 if SHARED_O else NB) * H * O_CHUNKS  # the projection's items (_attend)
@@ -167,8 +168,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             fold_ln = FOLD + layer * 14 * C
             _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
                     W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
-                    3 * C, C, 3 * D, H, W_CACHE, B_PAD, BN_QKV, BK_QKV, ONE_QKV, AHEAD, FOLD_QKV, HAS_BIAS, HAS_LN_B,
-                    HAS_BIAS, True, DOT, PREC, STAGES)
+                    3 * C, C, 3 * D, H, W_CACHE, B_PAD, BN_QKV, SPAN_QKV, BK_QKV, ONE_QKV, AHEAD, FOLD_QKV, HAS_BIAS,
+                    HAS_LN_B, HAS_BIAS, True, DOT, PREC, STAGES)
             _attend(pid, nprog, wo, QKV, kc, vc, k_old, kv_first, CNT + layer * H, (i + 1) * TILES_PER_HEAD,
                     W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
                     BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD)
@@ -179,15 +180,15 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
                  B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
                  LN2_B + layer * C, eps, NB, C, B_PAD_FC, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD_FC, FOLD_FC, ADD_ONCE,
-                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES, SPREAD_FC)
+                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES, SPAN_FC)
         logits = LOGITS + t * NB * V
         _arrive(BAR, k + PHASES - 1, WORK, since, PHASES, PROFILE)
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
         since = _leave(BAR, k + PHASES - 1, PROF, since, PROFILE)
         x_out = STREAM + 2 * L * NB * C  # the last layer's output: nothing folds it further
         _matvec(pid, nprog, w, x_out, x_out, B_O, XS, LNF_W, LNF_B, eps, WTE, WTE, FOLD + L * 14 * C, logits, KC, VC,
-                CNT, pos, NB, V, C, V, H, W_CACHE, B_PAD, BN_V, BK_V, ONE_V, False, FOLD_V, HAS_BIAS, HAS_LN_B, False,
-                False, DOT, PREC, STAGES)
+                CNT, pos, NB, V, C, V, H, W_CACHE, B_PAD, BN_V, BN_V, BK_V, ONE_V, False, FOLD_V, HAS_BIAS, HAS_LN_B,
+                False, False, DOT, PREC, STAGES)
         since = _grid_sync(BAR, k + PHASES, PROF, WORK, since, PHASES, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, STREAM, pos + 1, temperature,
                       top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)

@@ -61,13 +61,18 @@ print("SAMPLED_NO_TOP_K", torch.equal(*plain))
 # the one-tile form of every phase, its weights loaded ahead)
 m = model(False, 64, 64)
 prompt = torch.randint(20, (3, 40))
-loops = {{"BT": 16, "BN_QKV": 16, "BK_QKV": 32, "O_CHUNKS": 3, "BN_O": 16, "BN_FC": 64, "BK_FC": 32, "BC_FC": 32, "BN_V": 16,
-         "CH": 8, "ONE_QKV": False, "ONE_O": False, "ONE_FC": False, "ONE_V": False, "AHEAD": False}}
+loops = {{"BT": 16, "BN_QKV": 16, "SPAN_QKV": 16, "SPAN_FC": 64, "BK_QKV": 32, "O_CHUNKS": 3, "BN_O": 16, "BN_FC": 64,
+         "BK_FC": 32, "BC_FC": 32, "BN_V": 16, "CH": 8, "ONE_QKV": False, "ONE_O": False, "ONE_FC": False, "ONE_V": False, "AHEAD": False}}
 for batch in (3, 1):  # each weight chunk loaded one ahead, across tiles and from W_fc's to W_proj2's
     tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops, "AHEAD": True}}
     ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
     print(f"TILED_TOKENS_{{batch}}", torch.equal(mine, ref), tiles["DOT"], (mine_logits - ref_logits).abs().max().item())
+for batch in (3, 1):  # tiles of fewer rows than their BN (SPAN, masked): 12 of 16 in the qkv phase, 40 of 64 in the MLP
+    tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops, "SPAN_QKV": 12, "SPAN_FC": 40}}
+    ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
+    mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
+    print(f"SPAN_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
 # the LayerNorms after the products (FOLD_*), both forms, tiled as above, with biases (c holds them)
 mb = model(True, 64, 64)
 for batch in (3, 1):
@@ -77,7 +82,7 @@ for batch in (3, 1):
         mine, mine_logits = run(mb, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
         print(f"FOLD_{{form}}_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
 # batch 1, the MLP's shares summed over a program's tiles and added once (ADD_ONCE: one output chunk)
-tiles = {{**plan(64, 4, 20, 64, 1, 1), **loops, "BN_FC": 16, "BK_FC": 64, "BC_FC": 64, "AHEAD": True, "ADD_ONCE": True}}
+tiles = {{**plan(64, 4, 20, 64, 1, 1), **loops, "BN_FC": 16, "SPAN_FC": 16, "BK_FC": 64, "BC_FC": 64, "AHEAD": True, "ADD_ONCE": True}}
 mine, mine_logits = run(mb, "persistent", 1, 40 + 8, tiles=tiles, temperature=0)
 print("ADD_ONCE", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
 # decode.fold_ln=false from the config, with the plan's own tiles (which fold the qkv phase at
@@ -143,6 +148,9 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     for batch, dot in ((3, "True"), (1, "False")):  # tensor cores, multiply-adds
         tokens, form, diff = lines[f"TILED_TOKENS_{batch}"].split()
         assert (tokens, form) == ("True", dot) and float(diff) < 1e-5
+    for batch in (3, 1):
+        tokens, diff = lines[f"SPAN_{batch}"].split()
+        assert tokens == "True" and float(diff) < 1e-5
     for form, batch in itertools.product((1, 2), (3, 1)):  # c dropped from the folded epilogue moved logits by 0.5
         tokens, diff = lines[f"FOLD_{form}_{batch}"].split()
         assert tokens == "True" and float(diff) < 1e-5
@@ -204,8 +212,9 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         t = plan(C, H, 65, W, batch, 132, cost=cost, proj=proj, elem=elem)
         budget = REGISTERS_PER_THREAD * 32 * t["num_warps"]
         D = C // H
-        for name, tiles, N, K in (("QKV", H * -(-3 * D // t["BN_QKV"]), 3 * D, C), ("FC", -(-4 * C // t["BN_FC"]), 4 * C, C),
-                                  ("V", -(-65 // t["BN_V"]), 65, C)):
+        for name, tiles, N, K in (("QKV", H * -(-3 * D // t["SPAN_QKV"]), 3 * D, C),
+                                  ("FC", -(-4 * C // t["SPAN_FC"]), 4 * C, C), ("V", -(-65 // t["BN_V"]), 65, C)):
+            assert t.get(f"SPAN_{name}", t[f"BN_{name}"]) <= t[f"BN_{name}"]  # a tile's rows fit it
             rows = 1 if t["DOT"] else t["B_PAD"]  # the tensor cores' products are not held per row
             assert rows * t[f"BN_{name}"] * t[f"BK_{name}"] <= budget, (C, batch, name)
             assert not t["DOT"] or t[f"BN_{name}"] >= 16  # a dot's smallest tile
@@ -250,16 +259,16 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     assert plan(384, 6, 65, 256, 1, 132)["BT"] == 256  # batch 1, bf16: the whole window in one block
     # counting the stream's rereads widens the 1152-wide MLP's tensor-core tiles (one a program,
     # not three); the multiply-add form (batch 1) keeps its tiles
-    grid_tiles = {"SPREAD_FC": False}
-    rounds = plan(1152, 18, 65, 256, 8, 132, cost="rounds", by_hand=grid_tiles)
-    assert (rounds["BN_FC"], plan(1152, 18, 65, 256, 8, 132, by_hand=grid_tiles)["BN_FC"]) == (16, 64)
-    # the MLP's units split evenly on the tensor cores: where 4C / BN tiles leave programs idle
-    # (1152 wide: 72 tiles of 64 on 132 programs) each program takes 35 units in one tile masked
-    # at 35, not 64; the multiply-add form keeps whole tiles
-    for batch, spread in ((1, False), (4, True), (8, True)):
+    whole = {"SPAN_FC": 64}  # tiles of their whole BN
+    rounds = plan(1152, 18, 65, 256, 8, 132, cost="rounds", by_hand={"SPAN_FC": 16})
+    assert (rounds["BN_FC"], plan(1152, 18, 65, 256, 8, 132, by_hand=whole)["BN_FC"]) == (16, 64)
+    # spans: on the tensor cores, where tiles of BN leave programs idle (1152 wide: 72 tiles of 64
+    # on 132 programs, 108 qkv tiles of 32) a tile takes fewer rows (4608 / 132 = 35; a head's
+    # 192 over 132 // 18 = 7 programs: 28); the multiply-add form keeps whole tiles
+    for batch, spans in ((1, (32, 8)), (4, (28, 35)), (8, (28, 35))):
         t = plan(1152, 18, 65, 256, batch, 132)
-        assert (t["SPREAD_FC"], t["BN_FC"]) == (spread, 8 if batch == 1 else 64), batch
-    assert plan(1152, 18, 65, 256, 1, 132, by_hand={"DOT_FC": True})["SPREAD_FC"]
+        assert (t["SPAN_QKV"], t["SPAN_FC"]) == spans and t["BN_FC"] == (8 if batch == 1 else 64), batch
+    assert plan(1152, 18, 65, 256, 1, 132, by_hand={"DOT_FC": True})["SPAN_FC"] == 35
     assert plan(1152, 18, 65, 256, 1, 132, cost="rounds") == plan(1152, 18, 65, 256, 1, 132)
     # decode.fold_ln=false: every LayerNorm before its products; decode.add_once: only where the
     # batch-1 MLP's one output chunk covers C and a program may have several tiles

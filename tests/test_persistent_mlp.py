@@ -1,8 +1,8 @@
 """decode=persistent's MLP phase on its own, on a grid of several programs under the Triton
 interpreter (the whole kernel runs on one program there, its barriers passing at once; the MLP
 phase has no barrier inside, so its programs can run one after another): each program's hidden
-units -- tiles of the grid, or an even share (SPREAD_FC) in tiles masked at its end -- and their
-shares added into the next slot must give x + MLP(LN(x)) once, against a float64 reference."""
+units -- tiles of BN rows, or of fewer (SPAN_FC, masked) -- and their shares added into the next
+slot must give x + MLP(LN(x)) once, against a float64 reference."""
 import itertools
 import os
 import subprocess
@@ -22,21 +22,21 @@ import json, sys
 import torch
 import triton
 import triton.language as tl
-from kernels.triton_decode_phases import _mlp, _units, _weights
+from kernels.triton_decode_phases import _mlp, _tile_rows, _weights
 
 
 @triton.jit
 def mlp_alone(X, XM, B_P2, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps, NB: tl.constexpr, C: tl.constexpr,
               B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr,
               AHEAD: tl.constexpr, FOLD: tl.constexpr, DOT: tl.constexpr, STAGES: tl.constexpr,
-              SPREAD: tl.constexpr):
+              SPAN: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    first, end, _ = _units(pid, nprog, 4 * C, BN, SPREAD)
+    first, end = _tile_rows(pid, 4 * C, 4 * C, SPAN)
     w = _weights(W_FC, first, end, 0, C, C, BN, BK, ONE or AHEAD)
     w2 = _weights(W_P2T, first, end, 0, C, C, BN, BC, ONE)
     _mlp(pid, nprog, w, w2, X, XM, B_P2, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps, NB, C, B_PAD, BN, BK, BC, ONE,
-         AHEAD, FOLD, False, True, True, DOT, "ieee", STAGES, SPREAD)
+         AHEAD, FOLD, False, True, True, DOT, "ieee", STAGES, SPAN)
 
 
 torch.manual_seed(0)
@@ -52,26 +52,27 @@ h = 0.5 * h * (1 + torch.erf(h / 2 ** 0.5))
 want = d["x"] + h @ d["w_p2"].T + d["b_p2"]
 u = torch.cat([d["w_fc"] @ d["g"], d["w_fc"] @ d["beta"] + d["b_fc"]]).float()  # FOLD's u and c
 errors = {}
-for name, programs, bn, bk, one, ahead, fold, dot, spread in json.loads(sys.argv[1]):
+for name, programs, bn, bk, one, ahead, fold, dot, span in json.loads(sys.argv[1]):
     xm = torch.zeros(NB, C)
     xs = torch.zeros(programs, NB, C)
     b_pad = max(16, triton.next_power_of_2(NB)) if dot else triton.next_power_of_2(NB)
     mlp_alone[(programs,)](x, xm, b_p2, xs, w_fc, b_fc, u, w_p2.T.contiguous(), g, beta, eps, NB, C, b_pad, bn, bk,
-                           bk, one, ahead, fold, dot, 2, spread)
+                           bk, one, ahead, fold, dot, 2, span)
     errors[name] = (xm.double() - want).abs().max().item()
 print("RESULT " + json.dumps(errors))
 '''
 
-# (name, programs, BN, BK, ONE, AHEAD, FOLD, DOT, SPREAD); 4C = 192 hidden units
+# (name, programs, BN, BK, ONE, AHEAD, FOLD, DOT, SPAN); 4C = 192 hidden units
 CASES = [
-    # 5 programs: shares of 39 units, in tiles of 32 (32 + 7, the last program 36: 32 + 4)
-    *[(f"spread_{form}_{'dot' if dot else 'fma'}", 5, 32, 16, False, not dot, fold, dot, True)
+    # 5 programs, tiles of 39 rows in 64 (the last 36): one a program, in chunks of 16
+    *[(f"span_{form}_{'dot' if dot else 'fma'}", 5, 64, 16, False, not dot, fold, dot, 39)
       for (form, fold), dot in itertools.product((("ln_first", 0), ("copy", COPY), ("slot", SLOT)), (False, True))],
-    ("spread_one_tile", 5, 64, 64, True, False, 0, False, True),  # one tile of 64 masked to 39, loaded ahead
-    ("spread_past_the_units", 7, 16, 16, False, True, COPY, False, True),  # 28 a program: the last 24, one idle tile
-    ("spread_more_programs_than_tiles", 200, 16, 32, False, False, 0, True, True),  # 1 unit each, 8 programs idle
-    ("grid_tiles", 5, 32, 16, False, True, COPY, False, False),  # 6 tiles of 32 on 5 programs: program 0 has two
-    ("grid_tiles_dot", 5, 32, 16, False, False, SLOT, True, False),
+    ("span_one_tile", 5, 64, 64, True, False, 0, False, 39),  # one tile of one chunk, loaded ahead (ONE)
+    ("spans_two_a_program", 5, 32, 16, False, True, COPY, False, 20),  # 10 tiles of 20: two a program
+    ("spans_past_the_units", 7, 32, 16, False, False, SLOT, True, 28),  # 7 tiles, the last of 24
+    ("more_programs_than_tiles", 200, 16, 32, False, False, 0, True, 1),  # a row a tile, 8 programs idle
+    ("whole_tiles", 5, 32, 16, False, True, COPY, False, 32),  # 6 tiles of 32 on 5 programs: program 0 has two
+    ("whole_tiles_dot", 5, 32, 16, False, False, SLOT, True, 32),
 ]
 
 

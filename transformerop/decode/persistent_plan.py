@@ -1,8 +1,6 @@
 """The one-launch decode path's tiles (decode/persistent.py), from the shape (plan), and the keys
 a user may set by hand over them (decode.tiles: by_hand_error checks them before any work)."""
 
-import itertools
-
 import triton
 
 REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's products (no spills)
@@ -46,7 +44,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     goes after its products (fold: decode.fold_ln). ADD_ONCE (add_once: decode.add_once): the
     batch-1 MLP's shares added once a program, where its one output chunk covers C and a program
     may have several tiles. DOT_FC: the MLP's own form (DOT's unless by hand), its rows padded
-    to B_PAD_FC, its chunks one ahead (AHEAD_FC) only on the multiply-adds. elem: bytes of a
+    to B_PAD_FC, its chunks one ahead (AHEAD_FC) only on the multiply-adds. SPAN_QKV, SPAN_FC:
+    the rows a tile of the phase takes (its BN, or fewer where that spreads the phase over
+    programs its tiles of BN would leave idle; the tensor-core form). elem: bytes of a
     weight. by_hand (decode.tiles): keys of SETTABLE taken as given, the rest planned around them
     (DOT=true: the tensor-core form at any batch; a BN or BK: the phase's other tile, its ONE,
     the MLP's BC and the pipeline follow from it)."""
@@ -78,30 +78,29 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
         bns = [fixed[f"BN_{name}"]] if f"BN_{name}" in fixed else \
             [1 << i for i in range(4 if on_dot else 0, max(5, _pow2(group).bit_length()))]
         bks = [fixed[f"BK_{name}"]] if f"BK_{name}" in fixed else [1 << i for i in range(4, _pow2(K).bit_length())]
-        # the MLP's units on the tensor cores may also be split evenly over the programs
-        # (SPREAD_FC), in tiles masked at each program's share
-        spreads = [fixed["SPREAD_FC"]] if "SPREAD_FC" in fixed and name == "FC" else \
-            [False, True] if name == "FC" and on_dot else [False]
-        pairs = [(bn, bk) for bn in bns for bk in bks]
+        # a tile may take fewer rows than its BN (SPAN, masked): on the tensor cores, where tiles of
+        # BN leave programs idle (72 of 64 rows on 132 programs), a span of group / (programs /
+        # groups) rows spreads the phase over them (the qkv phase's spans stay within a head)
+        even = triton.cdiv(group, max(1, programs // groups))
+        pairs = [(bn, bk, span) for bn in bns for bk in bks
+                 for span in ([fixed[f"SPAN_{name}"]] if f"SPAN_{name}" in fixed else
+                              [bn, even] if on_dot and name != "V" and even < bn else [bn])
+                 if span <= bn or f"BN_{name}" in fixed]  # both by hand: by_hand_error says what is wrong
         best = None
-        for (bn, bk), spread in itertools.product([(n, k) for n, k in pairs if n * k <= cap and pad * k <= budget]
-                                                  or pairs, spreads):  # by hand: as given
-            tiles = groups * triton.cdiv(group, bn)
-            share = triton.cdiv(group, programs)  # SPREAD: a program's units
-            mine = triton.cdiv(share, bn) if spread else triton.cdiv(tiles, programs)  # the busiest program's tiles
-            rows = share if spread else mine * bn  # ... and the rows it loads
+        for bn, bk, span in [(n, k, s) for n, k, s in pairs if n * k <= cap and pad * k <= budget] or pairs:
+            tiles = groups * triton.cdiv(group, span)
+            mine = triton.cdiv(tiles, programs)  # the busiest program's tiles
             rounds = mine * triton.cdiv(K, bk)
-            # programs whose bandwidth the phase leaves unused
-            idle = max(0, programs - (triton.cdiv(group, share) if spread else tiles))
+            idle = max(0, programs - tiles)  # programs whose bandwidth the phase leaves unused
             waste = triton.cdiv(K, bk) * bk - K  # padded columns loaded for nothing
             rank = (rounds,)
             if cost == "bytes" and on_dot:  # 16-bit weights, fp32 stream parts for the batch's rows
-                rank = (K * (2 * rows + 4 * parts * batch * mine), rounds)
-            if best is None or (*rank, idle, waste, rows) < best[0]:
-                best = ((*rank, idle, waste, rows), bn, bk, rounds, spread)
+                rank = (mine * K * (2 * span + 4 * parts * batch), rounds)
+            if best is None or (*rank, idle, waste, mine * span) < best[0]:
+                best = ((*rank, idle, waste, mine * span), bn, bk, rounds, span)
         t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[1], best[2], best[3] == 1
-        if name == "FC":
-            t["SPREAD_FC"] = best[4]
+        if name != "V":
+            t[f"SPAN_{name}"] = best[4]
     t["BC_FC"] = fixed.get("BC_FC", t["BK_FC"])  # the MLP's second product, (units x outputs): the first one's size
     # the projection: its items -- (row, head), or (head) alone for all rows at once -- split its
     # outputs into as many chunks as there are programs for them; a chunk that fits a quarter of the
@@ -157,10 +156,11 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 
 # what decode.tiles may set: the plan's choices (the rest -- B_PAD, BD, VP, CP, ONE_QKV/FC/V,
 # num_stages -- follows from the shape and from these), with the values each may take
-FLAGS = ("DOT", "DOT_FC", "SPREAD_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O")
+FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
-RANGES = {"STAGES": (1, 4), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2), "O_CHUNKS": (1, 1 << 16)}
+RANGES = {"STAGES": (1, 4), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2), "O_CHUNKS": (1, 1 << 16),
+          "SPAN_QKV": (1, 1 << 16), "SPAN_FC": (1, 1 << 16)}
 SETTABLE = (*FLAGS, *POW2, *RANGES)
 
 
@@ -183,6 +183,7 @@ def by_hand_error(by_hand: dict, C: int, H: int, V: int, W: int, batch: int, pro
     t = plan(C, H, V, W, batch, programs, by_hand=by_hand)
     on_dot = {"QKV": t["DOT"], "FC": t["DOT_FC"], "V": t["DOT"]}
     rules = ((all(t[f"BN_{n}"] >= 16 for n in on_dot if on_dot[n]), "a tensor-core tile has 16 outputs or more"),
+             (all(t[f"SPAN_{n}"] <= t[f"BN_{n}"] for n in ("QKV", "FC")), "a tile's rows (SPAN_*) fit its BN"),
              (t["ONE_FC"] or not t["AHEAD_FC"] or t["BC_FC"] == t["BK_FC"],
               "chunks loaded one ahead (AHEAD) need BC_FC == BK_FC"),
              (not t["ADD_ONCE"] or (not t["DOT_FC"] and t["BC_FC"] >= C),
