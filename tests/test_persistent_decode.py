@@ -61,15 +61,18 @@ print("SAMPLED_NO_TOP_K", torch.equal(*plain))
 # the one-tile form of every phase, its weights loaded ahead)
 m = model(False, 64, 64)
 prompt = torch.randint(20, (3, 40))
+def mlp(batch):  # the MLP in the rest of the phases' form: on one program every plan counts many rounds
+    return {{"DOT_FC": batch > 1}}
+
 loops = {{"BT": 16, "BN_QKV": 16, "SPAN_QKV": 16, "SPAN_FC": 64, "BK_QKV": 32, "O_CHUNKS": 3, "BN_O": 16, "BN_FC": 64,
          "BK_FC": 32, "BC_FC": 32, "BN_V": 16, "CH": 8, "ONE_QKV": False, "ONE_O": False, "ONE_FC": False, "ONE_V": False, "AHEAD": False}}
 for batch in (3, 1):  # each weight chunk loaded one ahead, across tiles and from W_fc's to W_proj2's
-    tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops, "AHEAD": True}}
+    tiles = {{**plan(64, 4, 20, 64, batch, 1, by_hand=mlp(batch)), **loops, "AHEAD": True}}
     ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
     print(f"TILED_TOKENS_{{batch}}", torch.equal(mine, ref), tiles["DOT"], (mine_logits - ref_logits).abs().max().item())
 for batch in (3, 1):  # tiles of fewer rows than their BN (SPAN, masked): 12 of 16 in the qkv phase, 40 of 64 in the MLP
-    tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops, "SPAN_QKV": 12, "SPAN_FC": 40}}
+    tiles = {{**plan(64, 4, 20, 64, batch, 1, by_hand=mlp(batch)), **loops, "SPAN_QKV": 12, "SPAN_FC": 40}}
     ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
     print(f"SPAN_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
@@ -78,11 +81,12 @@ mb = model(True, 64, 64)
 for batch in (3, 1):
     ref, ref_logits = run(mb, "recompute", batch, 40 + 8, temperature=0)
     for form in (1, 2):  # COPY: the first tile's slot copied for the later ones; SLOT: every tile reads the slot
-        tiles = {{**plan(64, 4, 20, 64, batch, 1), **loops, "FOLD_QKV": form, "FOLD_FC": form, "FOLD_V": form}}
+        tiles = {{**plan(64, 4, 20, 64, batch, 1, by_hand=mlp(batch)), **loops, "FOLD_QKV": form, "FOLD_FC": form,
+                  "FOLD_V": form}}
         mine, mine_logits = run(mb, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
         print(f"FOLD_{{form}}_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
 # batch 1, the MLP's shares summed over a program's tiles and added once (ADD_ONCE: one output chunk)
-tiles = {{**plan(64, 4, 20, 64, 1, 1), **loops, "BN_FC": 16, "SPAN_FC": 16, "BK_FC": 64, "BC_FC": 64, "AHEAD": True, "ADD_ONCE": True}}
+tiles = {{**plan(64, 4, 20, 64, 1, 1, by_hand=mlp(1)), **loops, "BN_FC": 16, "SPAN_FC": 16, "BK_FC": 64, "BC_FC": 64, "AHEAD": True, "ADD_ONCE": True}}
 mine, mine_logits = run(mb, "persistent", 1, 40 + 8, tiles=tiles, temperature=0)
 print("ADD_ONCE", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
 # decode.fold_ln=false from the config, with the plan's own tiles (which fold the qkv phase at
@@ -126,7 +130,7 @@ print("TILED_SAMPLED", torch.equal(*sampled))
 head = OmegaConf.create({{"attn_proj": "head"}})
 for batch in (3, 1):
     ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
-    tiles = {{**plan(64, 4, 20, 64, batch, 1, proj="head"), **loops}}
+    tiles = {{**plan(64, 4, 20, 64, batch, 1, proj="head", by_hand=mlp(batch)), **loops}}
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0, dcfg=head)
     print(f"SHARED_{{batch}}", torch.equal(mine, ref), tiles["SHARED_O"], (mine_logits - ref_logits).abs().max().item())
 # the same with the plan's own tiles: the whole window one block, its keys loaded ahead
@@ -197,8 +201,10 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
     with pytest.raises(ValueError, match=re.escape("decode.tiles (FOLD_FC=1): a phase of one round")):
         # 64 wide: the MLP is one tile of one chunk (ONE_FC) even on the interpreter's one program
         check(make_cfg(*fp32, "model.n_embd=64", "model.n_head=4", "+decode.tiles.FOLD_FC=1"), torch.device("cpu"))
-    with pytest.raises(ValueError, match=r"\(BC_FC=1024\): chunks loaded one ahead \(AHEAD\) need BC_FC == BK_FC"):
-        check(make_cfg(*fp32, "model=gpt_3x", "+decode.tiles.BC_FC=1024"), torch.device("cpu"))  # 1152 wide, batch 1
+    with pytest.raises(ValueError, match=r"\(DOT_FC=False, BC_FC=1024\): chunks loaded one ahead \(AHEAD\) need BC_FC"):
+        # 1152 wide, batch 1, the MLP on the multiply-adds
+        check(make_cfg(*fp32, "model=gpt_3x", "+decode.tiles.DOT_FC=false", "+decode.tiles.BC_FC=1024"),
+              torch.device("cpu"))
 
 
 def test_plan_fits_the_register_budget_and_covers_every_output():
@@ -253,32 +259,34 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     # two deep won; the 768-wide MLP keeps COPY (measured so), the 1152-wide one reads the slot
     for C, H, batch, shared, stages, fold_fc in ((1152, 18, 4, True, 3, 2), (1152, 18, 8, True, 3, 2),
                                                  (768, 12, 8, True, 2, 1), (768, 12, 4, False, 2, 1),
-                                                 (384, 6, 8, False, 1, 0), (1152, 18, 1, False, 1, 1)):
+                                                 (384, 6, 8, False, 1, 0), (1152, 18, 1, False, 3, 2)):
         t = plan(C, H, 65, 256, batch, 132)
         assert (t["SHARED_O"], t["STAGES"], t["FOLD_FC"]) == (shared, stages, fold_fc), (C, batch)
     assert plan(384, 6, 65, 256, 1, 132)["BT"] == 256  # batch 1, bf16: the whole window in one block
     # counting the stream's rereads widens the 1152-wide MLP's tensor-core tiles (one a program,
     # not three); the multiply-add form (batch 1) keeps its tiles
-    whole = {"SPAN_FC": 64}  # tiles of their whole BN
-    rounds = plan(1152, 18, 65, 256, 8, 132, cost="rounds", by_hand={"SPAN_FC": 16})
-    assert (rounds["BN_FC"], plan(1152, 18, 65, 256, 8, 132, by_hand=whole)["BN_FC"]) == (16, 64)
-    # spans: on the tensor cores, where tiles of BN leave programs idle (1152 wide: 72 tiles of 64
-    # on 132 programs, 108 qkv tiles of 32) a tile takes fewer rows (4608 / 132 = 35; a head's
-    # 192 over 132 // 18 = 7 programs: 28); the multiply-add form keeps whole tiles
-    for batch, spans in ((1, (32, 8)), (4, (28, 35)), (8, (28, 35))):
-        t = plan(1152, 18, 65, 256, batch, 132)
-        assert (t["SPAN_QKV"], t["SPAN_FC"]) == spans and t["BN_FC"] == (8 if batch == 1 else 64), batch
-    assert plan(1152, 18, 65, 256, 1, 132, by_hand={"DOT_FC": True})["SPAN_FC"] == 35
-    assert plan(1152, 18, 65, 256, 1, 132, cost="rounds") == plan(1152, 18, 65, 256, 1, 132)
+    rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132, cost="rounds"), plan(1152, 18, 65, 256, 8, 132)
+    assert (rounds["BN_FC"], by_bytes["BN_FC"]) == (16, 64)
+    # spans (a tile's rows, masked within its BN): the multiply-add form's qkv tiles at 1152 wide,
+    # batch 1 (108 tiles of 32 on 132 programs: 126 of 28); whole tiles on the tensor cores
+    for C, H, batch, spans in ((1152, 18, 1, (28, 64)), (1152, 18, 8, (32, 64)), (768, 12, 4, (32, 32)),
+                               (384, 6, 1, (16, 16))):  # batch 1 at 384 wide: one round, loaded at the barrier
+        t = plan(C, H, 65, 256, batch, 132)
+        assert (t["SPAN_QKV"], t["SPAN_FC"]) == spans, (C, batch)
+    # the MLP on the tensor cores at batch 1 where the multiply-adds take more than two rounds
+    # (1152 wide: five), in one tile of 64 x 128 a program, pipelined three deep; not at 768 (two)
+    t = plan(1152, 18, 65, 256, 1, 132)
+    assert (t["DOT"], t["DOT_FC"], t["BN_FC"], t["BK_FC"], t["STAGES"]) == (False, True, 64, 128, 3)
+    assert not plan(768, 12, 65, 256, 1, 132)["DOT_FC"]
+    fma = {"DOT_FC": False}
+    assert plan(1152, 18, 65, 256, 1, 132, cost="rounds", by_hand=fma) == plan(1152, 18, 65, 256, 1, 132, by_hand=fma)
     # decode.fold_ln=false: every LayerNorm before its products; decode.add_once: only where the
     # batch-1 MLP's one output chunk covers C and a program may have several tiles
     assert all(plan(1152, 18, 65, 256, b, 132, fold=False)[f"FOLD_{n}"] == 0 for b in (1, 8) for n in ("QKV", "FC", "V"))
     assert not plan(1152, 18, 65, 256, 1, 132)["ADD_ONCE"]
     assert [plan(C, H, 65, 256, b, 132, add_once=True)["ADD_ONCE"]
             for C, H, b in ((1152, 18, 1), (768, 12, 1), (1152, 18, 8), (384, 6, 1), (1536, 12, 1))] == \
-        [True, True, False, False, False]  # tensor cores; one tile a program (ONE); BC 512 < C
-
-
+        [False, True, False, False, False]  # 1152 and 1536 wide: the MLP on the tensor cores; 384: one tile (ONE)
 
 
 @pytest.mark.parametrize("C,L,H,batch,dtype,cost,proj", [
@@ -293,12 +301,13 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     H200's shared memory; fp32 at 1152 wide, batch 3, pipelined three deep as the GPU test forces
     it (the plan does not pipeline fp32), the most shared memory the loops can ask for; 1152 wide
     at batch 1, its chunks loaded one ahead over several tiles (AHEAD) and its MLP's shares added
-    once a program (ADD_ONCE); 768 wide at batch 8, its MLP pipelined two deep over three chunks;
-    1152 wide at batch 1 with the MLP alone on the tensor cores, pipelined three deep (DOT_FC)."""
+    once a program (ADD_ONCE), the MLP by hand on the multiply-adds; 768 wide at batch 8, its MLP
+    pipelined two deep over three chunks; 1152 wide at batch 1 as planned: the MLP alone on the
+    tensor cores (DOT_FC), pipelined three deep, the qkv tiles 28 rows of 32 (SPAN_QKV)."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent_plan import plan
-    mlp_on_dot = {"DOT_FC": True, "BN_FC": 64, "BK_FC": 128, "STAGES": 3} if (C, batch, proj) == (1152, 1, "auto") else {}
-    tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2, by_hand=mlp_on_dot)
+    mlp_on_fma = {"DOT_FC": False} if (C, batch, proj) == (1152, 1, "row") else {}  # the plan's is on the tensor cores
+    tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2, by_hand=mlp_on_fma)
     if dtype == "fp32" and proj == "auto":
         tiles["STAGES"] = 3
     if (C, batch, proj) == (1152, 1, "row"):  # the MLP's shares added once a program (ADD_ONCE; its one chunk covers C)

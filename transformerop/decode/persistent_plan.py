@@ -57,10 +57,57 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     num_warps = fixed.get("num_warps") or num_warps or 8
     budget = budget or REGISTERS_PER_THREAD * 32 * num_warps
     dot = fixed.get("DOT", batch > 1)  # several rows: the tensor cores (a 16-row tile, padded), not per-row FMAs
-    dot_fc = fixed.get("DOT_FC", dot)  # the MLP's own form
 
     def rows_padded(on_dot):  # the rows a phase's products hold: 16 at least on the tensor cores
         return max(16, _pow2(batch)) if on_dot else _pow2(batch)
+
+    def tiles(name, groups, group, K, parts, on_dot):
+        """The phase's (BN, BK, rounds, SPAN): its tile, reduction chunk, the busiest program's
+        rounds of loads, and the rows a tile takes."""
+        pad = rows_padded(on_dot)
+        # a weight element costs a register per row on the multiply-add form (the inputs are held
+        # in the weights' layout); a dot holds its weight tile and its inputs: half of one each
+        cap = budget // 2 if on_dot else budget // pad
+        bns = [fixed[f"BN_{name}"]] if f"BN_{name}" in fixed else \
+            [1 << i for i in range(4 if on_dot else 0, max(5, _pow2(group).bit_length()))]
+        bks = [fixed[f"BK_{name}"]] if f"BK_{name}" in fixed else [1 << i for i in range(4, _pow2(K).bit_length())]
+        # a tile may take fewer rows than its BN (SPAN, masked): a span of group / (programs /
+        # groups) rows spreads a phase whose tiles of BN leave programs idle (108 qkv tiles of 32
+        # on 132 programs) over them, the qkv phase's spans within a head. Planned for the
+        # multiply-add form's qkv phase of several rounds: on the H200, 1152 wide, batch 1, spans of
+        # 28 rows in tiles of 32 took the attn phase from 278 to 260 us a token. Not on the tensor
+        # cores, where they measured no faster (1152 wide, batch 4 and 8: MLP spans of 35 in 64,
+        # 0.97-0.99x; 768 and 384 wide, 0.98-1.00x): a program there waits on its chunks' round
+        # trips, which spans do not make fewer
+        even = triton.cdiv(group, max(1, programs // groups))
+        pairs = [(bn, bk, span) for bn in bns for bk in bks
+                 for span in ([fixed[f"SPAN_{name}"]] if f"SPAN_{name}" in fixed else
+                              [bn, even] if not on_dot and name == "QKV" and even < bn else [bn])
+                 if span <= bn or f"BN_{name}" in fixed]  # both by hand: by_hand_error says what is wrong
+        best = None
+        for bn, bk, span in [(n, k, s) for n, k, s in pairs if n * k <= cap and pad * k <= budget] or pairs:
+            n_tiles = groups * triton.cdiv(group, span)
+            mine = triton.cdiv(n_tiles, programs)  # the busiest program's tiles
+            rounds = mine * triton.cdiv(K, bk)
+            if span < bn and rounds == 1 and f"SPAN_{name}" not in fixed:
+                continue  # one round: its weights load at the barrier, whatever their rows
+            idle = max(0, programs - n_tiles)  # programs whose bandwidth the phase leaves unused
+            waste = triton.cdiv(K, bk) * bk - K  # padded columns loaded for nothing
+            rank = (rounds,)
+            if cost == "bytes" and on_dot:  # 16-bit weights, fp32 stream parts for the batch's rows
+                # fewest tiles first: each restarts the pipelined loop and ends in its own epilogue
+                # (1152 wide, batch 1: one MLP tile of 64 x 128 a program, 1.07x the multiply-adds,
+                # where three of 16 x 512 had lost)
+                rank = (mine, mine * K * (2 * span + 4 * parts * batch), rounds)
+            if best is None or (*rank, idle, waste, mine * span) < best[0]:
+                best = ((*rank, idle, waste, mine * span), bn, bk, rounds, span)
+        return best[1:]
+
+    phases = {"QKV": (H, 3 * (C // H), C, 3), "FC": (1, 4 * C, C, 2), "V": (1, V, C, 3)}
+    # the MLP's own form: the tensor cores' pipelined loops, also at batch 1 where the multiply-add
+    # MLP takes more than two rounds a program (on the H200, 1152 wide: five rounds, 1.07x on the
+    # tensor cores; 768 wide: two, 0.84x)
+    dot_fc = fixed.get("DOT_FC", dot or tiles("FC", *phases["FC"], False)[2] > 2)
     b_pad = rows_padded(dot)
     D = C // H
     BD = _pow2(D)
@@ -69,38 +116,11 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     t = {"B_PAD": b_pad, "BD": BD, "VP": _pow2(V), "CP": _pow2(C), "num_warps": num_warps, "num_stages": 1,
          "DOT": dot, "DOT_FC": dot_fc, "B_PAD_FC": rows_padded(dot_fc)}
     t["CH"] = fixed.get("CH", max(1, min(t["VP"], budget // t["VP"])))
-    for name, groups, group, K, parts in (("QKV", H, 3 * D, C, 3), ("FC", 1, 4 * C, C, 2), ("V", 1, V, C, 3)):
-        on_dot = dot_fc if name == "FC" else dot
-        pad = rows_padded(on_dot)
-        # a weight element costs a register per row on the multiply-add form (the inputs are held
-        # in the weights' layout); a dot holds its weight tile and its inputs: half of one each
-        cap = budget // 2 if on_dot else budget // pad
-        bns = [fixed[f"BN_{name}"]] if f"BN_{name}" in fixed else \
-            [1 << i for i in range(4 if on_dot else 0, max(5, _pow2(group).bit_length()))]
-        bks = [fixed[f"BK_{name}"]] if f"BK_{name}" in fixed else [1 << i for i in range(4, _pow2(K).bit_length())]
-        # a tile may take fewer rows than its BN (SPAN, masked): on the tensor cores, where tiles of
-        # BN leave programs idle (72 of 64 rows on 132 programs), a span of group / (programs /
-        # groups) rows spreads the phase over them (the qkv phase's spans stay within a head)
-        even = triton.cdiv(group, max(1, programs // groups))
-        pairs = [(bn, bk, span) for bn in bns for bk in bks
-                 for span in ([fixed[f"SPAN_{name}"]] if f"SPAN_{name}" in fixed else
-                              [bn, even] if on_dot and name != "V" and even < bn else [bn])
-                 if span <= bn or f"BN_{name}" in fixed]  # both by hand: by_hand_error says what is wrong
-        best = None
-        for bn, bk, span in [(n, k, s) for n, k, s in pairs if n * k <= cap and pad * k <= budget] or pairs:
-            tiles = groups * triton.cdiv(group, span)
-            mine = triton.cdiv(tiles, programs)  # the busiest program's tiles
-            rounds = mine * triton.cdiv(K, bk)
-            idle = max(0, programs - tiles)  # programs whose bandwidth the phase leaves unused
-            waste = triton.cdiv(K, bk) * bk - K  # padded columns loaded for nothing
-            rank = (rounds,)
-            if cost == "bytes" and on_dot:  # 16-bit weights, fp32 stream parts for the batch's rows
-                rank = (mine * K * (2 * span + 4 * parts * batch), rounds)
-            if best is None or (*rank, idle, waste, mine * span) < best[0]:
-                best = ((*rank, idle, waste, mine * span), bn, bk, rounds, span)
-        t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = best[1], best[2], best[3] == 1
+    for name, shape in phases.items():
+        bn, bk, rounds, span = tiles(name, *shape, dot_fc if name == "FC" else dot)
+        t[f"BN_{name}"], t[f"BK_{name}"], t[f"ONE_{name}"] = bn, bk, rounds == 1
         if name != "V":
-            t[f"SPAN_{name}"] = best[4]
+            t[f"SPAN_{name}"] = span
     t["BC_FC"] = fixed.get("BC_FC", t["BK_FC"])  # the MLP's second product, (units x outputs): the first one's size
     # the projection: its items -- (row, head), or (head) alone for all rows at once -- split its
     # outputs into as many chunks as there are programs for them; a chunk that fits a quarter of the
