@@ -109,8 +109,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
                        AHEAD: tl.constexpr, FOLD_QKV: tl.constexpr, FOLD_FC: tl.constexpr,
                        FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
-                       AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr,
-                       SPAN_FC: tl.constexpr):
+                       AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr, SPAN_FC: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,

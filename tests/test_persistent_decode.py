@@ -269,8 +269,9 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     assert (rounds["BN_FC"], by_bytes["BN_FC"]) == (16, 64)
     # spans (a tile's rows, masked within its BN): the multiply-add form's qkv tiles at 1152 wide,
     # batch 1 (108 tiles of 32 on 132 programs: 126 of 28); whole tiles on the tensor cores
+    # (768 wide, batch 1: its qkv tiles of 16 rows take no span of 18; 384 wide: one round, loaded at the barrier)
     for C, H, batch, spans in ((1152, 18, 1, (28, 64)), (1152, 18, 8, (32, 64)), (768, 12, 4, (32, 32)),
-                               (384, 6, 1, (16, 16))):  # batch 1 at 384 wide: one round, loaded at the barrier
+                               (768, 12, 1, (16, 16)), (384, 6, 1, (16, 16))):
         t = plan(C, H, 65, 256, batch, 132)
         assert (t["SPAN_QKV"], t["SPAN_FC"]) == spans, (C, batch)
     # the MLP on the tensor cores at batch 1 where the multiply-adds take more than two rounds

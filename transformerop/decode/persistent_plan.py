@@ -45,8 +45,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     batch-1 MLP's shares added once a program, where its one output chunk covers C and a program
     may have several tiles. DOT_FC: the MLP's own form (DOT's unless by hand), its rows padded
     to B_PAD_FC, its chunks one ahead (AHEAD_FC) only on the multiply-adds. SPAN_QKV, SPAN_FC:
-    the rows a tile of the phase takes (its BN, or fewer where that spreads the phase over
-    programs its tiles of BN would leave idle; the tensor-core form). elem: bytes of a
+    the rows a tile of the phase takes: its BN, or fewer where that spreads the phase over
+    programs its tiles of BN would leave idle (planned for the multiply-add form's qkv phase;
+    elsewhere by hand). elem: bytes of a
     weight. by_hand (decode.tiles): keys of SETTABLE taken as given, the rest planned around them
     (DOT=true: the tensor-core form at any batch; a BN or BK: the phase's other tile, its ONE,
     the MLP's BC and the pipeline follow from it)."""
@@ -71,37 +72,36 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
         bns = [fixed[f"BN_{name}"]] if f"BN_{name}" in fixed else \
             [1 << i for i in range(4 if on_dot else 0, max(5, _pow2(group).bit_length()))]
         bks = [fixed[f"BK_{name}"]] if f"BK_{name}" in fixed else [1 << i for i in range(4, _pow2(K).bit_length())]
-        # a tile may take fewer rows than its BN (SPAN, masked): a span of group / (programs /
-        # groups) rows spreads a phase whose tiles of BN leave programs idle (108 qkv tiles of 32
-        # on 132 programs) over them, the qkv phase's spans within a head. Planned for the
-        # multiply-add form's qkv phase of several rounds: on the H200, 1152 wide, batch 1, spans of
-        # 28 rows in tiles of 32 took the attn phase from 278 to 260 us a token. Not on the tensor
-        # cores, where they measured no faster (1152 wide, batch 4 and 8: MLP spans of 35 in 64,
-        # 0.97-0.99x; 768 and 384 wide, 0.98-1.00x): a program there waits on its chunks' round
-        # trips, which spans do not make fewer
-        even = triton.cdiv(group, max(1, programs // groups))
-        pairs = [(bn, bk, span) for bn in bns for bk in bks
-                 for span in ([fixed[f"SPAN_{name}"]] if f"SPAN_{name}" in fixed else
-                              [bn, even] if not on_dot and name == "QKV" and even < bn else [bn])
-                 if span <= bn or f"BN_{name}" in fixed]  # both by hand: by_hand_error says what is wrong
+        pairs = [(bn, bk, fixed.get(f"SPAN_{name}", bn)) for bn in bns for bk in bks]
         best = None
-        for bn, bk, span in [(n, k, s) for n, k, s in pairs if n * k <= cap and pad * k <= budget] or pairs:
+        for bn, bk, span in [(n, k, s) for n, k, s in pairs if n * k <= cap and pad * k <= budget and s <= n] \
+                or pairs:  # by hand: as given (by_hand_error says what is wrong)
             n_tiles = groups * triton.cdiv(group, span)
             mine = triton.cdiv(n_tiles, programs)  # the busiest program's tiles
             rounds = mine * triton.cdiv(K, bk)
-            if span < bn and rounds == 1 and f"SPAN_{name}" not in fixed:
-                continue  # one round: its weights load at the barrier, whatever their rows
             idle = max(0, programs - n_tiles)  # programs whose bandwidth the phase leaves unused
             waste = triton.cdiv(K, bk) * bk - K  # padded columns loaded for nothing
             rank = (rounds,)
             if cost == "bytes" and on_dot:  # 16-bit weights, fp32 stream parts for the batch's rows
                 # fewest tiles first: each restarts the pipelined loop and ends in its own epilogue
-                # (1152 wide, batch 1: one MLP tile of 64 x 128 a program, 1.07x the multiply-adds,
-                # where three of 16 x 512 had lost)
+                # (1152 wide, batch 1: one MLP tile of 64 x 128 a program, 1.07x the multiply-adds)
                 rank = (mine, mine * K * (2 * span + 4 * parts * batch), rounds)
-            if best is None or (*rank, idle, waste, mine * span) < best[0]:
-                best = ((*rank, idle, waste, mine * span), bn, bk, rounds, span)
-        return best[1:]
+            if best is None or (*rank, idle, waste) < best[0]:
+                best = ((*rank, idle, waste), bn, bk, rounds, span)
+        _, bn, bk, rounds, span = best
+        # a tile may take fewer rows than its BN (SPAN, masked): group / (programs / groups) rows
+        # spread a phase whose tiles leave programs idle (108 qkv tiles of 32 on 132 programs: 126
+        # of 28) over them, within a head. Planned for the multiply-add form's qkv phase of
+        # several rounds, its tile unchanged and no round added: on the H200, 1152 wide, batch 1,
+        # the attn phase went from 278 to 260 us a token (768 wide, where spans of 18 came with
+        # tiles of 32 x 512 instead of 16 x 1024, from 124 to 153). Not on the tensor cores, where
+        # they measured no faster (1152 wide, batch 4 and 8: MLP spans of 35 in 64, 0.97-0.99x;
+        # 768 and 384 wide, 0.98-1.00x): a program there waits on its chunks' round trips
+        even = triton.cdiv(group, max(1, programs // groups))
+        if name == "QKV" and not on_dot and f"SPAN_{name}" not in fixed and rounds > 1 and even < span and \
+                triton.cdiv(groups * triton.cdiv(group, even), programs) * triton.cdiv(K, bk) <= rounds:
+            span = even
+        return bn, bk, rounds, span
 
     phases = {"QKV": (H, 3 * (C // H), C, 3), "FC": (1, 4 * C, C, 2), "V": (1, V, C, 3)}
     # the MLP's own form: the tensor cores' pipelined loops, also at batch 1 where the multiply-add
