@@ -164,3 +164,17 @@ def test_a_launch_composes_its_config_once_and_hydra_mode_still_works(tmp_path):
     for f in [*(ROOT / "conf").rglob("*.yaml"), *(ROOT / "experiments").glob("**/*.yaml")]:
         if "results" not in f.parts:
             assert "mode: MULTIRUN" not in f.read_text() and "mode: RUN" not in f.read_text(), f
+
+
+def test_text_training_without_a_sample(tmp_path):
+    """train.sample_tokens=0: the job trains and evaluates, and samples nothing (it had failed at
+    the end: a decoder asked for no new tokens)."""
+    run_dir = tmp_path / "run"
+    p = run_cli("data=shakespeare", "model=gpt", "data.file=sample_play.txt", "data.url=null",
+                "data.sha256=9a40396c5ca5a1c76160dd51e7f0cf3f443787c5d53dc627eca9ba85f8b41bfe", "model.n_layer=1",
+                "model.n_embd=32", "model.n_head=2", "model.block_size=16", "train.max_iters=2",
+                "train.eval_interval=2", "train.eval_iters=1", "train.batch_size=2", "train.sample_tokens=0",
+                "train.progress=false", "logger=none", f"hydra.run.dir={run_dir}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = results(run_dir)
+    assert r["status"] == "ok" and r["metrics"]["steps"] == 2 and "sample:" not in p.stdout

@@ -130,10 +130,12 @@ def run(cfg) -> dict:
         if "target_step" not in metrics:  # a target stop's own check already read the whole val split
             final = trainer.evaluate(full=True, splits=("val",))  # the reported val loss: the whole split
             metrics.update(val_loss=final["val_loss"], bits_per_char=final["bits_per_char"])
-        prompt = torch.tensor([data.tokenizer.encode("\n")], device=device)
-        gen = torch.Generator(device=device).manual_seed(cfg.seed)
-        out = generate(model, prompt, cfg.train.sample_tokens, temperature=1.0, generator=gen)
-        samples = [data.tokenizer.decode(out[0])]
+        samples = []
+        if cfg.train.sample_tokens:  # 0: no sample
+            prompt = torch.tensor([data.tokenizer.encode("\n")], device=device)
+            gen = torch.Generator(device=device).manual_seed(cfg.seed)
+            out = generate(model, prompt, cfg.train.sample_tokens, temperature=1.0, generator=gen)
+            samples = [data.tokenizer.decode(out[0])]
     metrics["peak_memory_bytes"] = peak_memory_bytes(device)
     tracker.table("samples", ["sample"], [[s] for s in samples])
     if cfg.train.profile and device.type == "cuda" and distributed.world_size() == 1:
