@@ -132,6 +132,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     t0 = tl.load(T_PTR)
     pos0 = tl.load(POS_PTR)
     WORK = PROF + n_steps * PHASES + 1  # PROFILE: each program's time in each phase, after the stamps
+    QKV_WORK = WORK + nprog * PHASES  # PROFILE: and its time in the attn phases' qkv tiles, after those
     since = pos0 * 0  # PROFILE: when this program left the last barrier (globaltimer, ns)
     offs_c = tl.arange(0, CP)
     for b in range(pid, NB, nprog):  # the first input: the token the host (prefill) sampled last
@@ -169,6 +170,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                     W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
                     3 * C, C, 3 * D, H, W_CACHE, B_PAD, BN_QKV, SPAN_QKV, BK_QKV, ONE_QKV, AHEAD, FOLD_QKV, HAS_BIAS,
                     HAS_LN_B, HAS_BIAS, True, DOT, PREC, STAGES)
+            if PROFILE:  # the qkv tiles' share of the phase: the rest is the attention and its projection
+                tl.atomic_add(QKV_WORK + pid, tl.extra.cuda.globaltimer() - since, sem="relaxed")
             _attend(pid, nprog, wo, QKV, kc, vc, k_old, kv_first, CNT + layer * H, (i + 1) * TILES_PER_HEAD,
                     W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
                     BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD)

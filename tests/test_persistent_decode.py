@@ -298,14 +298,14 @@ def test_phase_times_from_the_profiled_buffers():
     from transformerop.decode.persistent import phase_times
     names = ["attn", "mlp", "attn", "mlp", "head", "sample"]
 
-    def buf(steps, work):  # µs -> the kernel's int64 ns: stamps at each barrier, then (program, phase) sums
-        stamps = torch.tensor([0, *itertools.accumulate(x for step in steps for x in step)])
-        return torch.cat([stamps, torch.tensor(work).flatten()]) * 1000
+    def buf(steps, work, qkv):  # µs -> the kernel's int64 ns: stamps at each barrier, (program, phase) sums,
+        stamps = torch.tensor([0, *itertools.accumulate(x for step in steps for x in step)])  # programs' qkv sums
+        return torch.cat([stamps, torch.tensor(work).flatten(), torch.tensor(qkv)]) * 1000
 
-    bufs = [buf([[10, 5, 12, 6, 2, 1], [20, 5, 12, 6, 2, 1]], [[16, 8, 18, 10, 2, 2], [18, 6, 20, 8, 2, 1]]),
-            buf([[10, 5, 12, 6, 2, 4]], [[8, 4, 9, 5, 1, 1], [9, 3, 10, 4, 1, 3]])]
-    per_kind, work, steps = phase_times(bufs, names, 2)
-    assert steps == 3
+    bufs = [buf([[10, 5, 12, 6, 2, 1], [20, 5, 12, 6, 2, 1]], [[16, 8, 18, 10, 2, 2], [18, 6, 20, 8, 2, 1]], [20, 12]),
+            buf([[10, 5, 12, 6, 2, 4]], [[8, 4, 9, 5, 1, 1], [9, 3, 10, 4, 1, 3]], [7, 9])]
+    per_kind, work, steps, qkv = phase_times(bufs, names, 2)
+    assert steps == 3 and qkv == pytest.approx(27 / 3)  # programs' qkv: 27 and 21 us over 3 steps
     assert per_kind == pytest.approx({"attn": 40 / 3 + 12, "mlp": 11, "head": 2, "sample": 2})
     # programs' means over 3 steps: [8, 4, 9, 5, 1, 1] and [9, 3, 10, 4, 1, 4/3]; the busier of each phase
     assert work == pytest.approx({"attn": 9 + 10, "mlp": 4 + 5, "head": 1, "sample": 4 / 3})
@@ -352,3 +352,27 @@ def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype,
         sampled = [Decoder(m, p, batch, 7 + 100, temperature=0.9, top_k=10, dcfg=dcfg)(prompt, g.manual_seed(5)).clone()
                    for p in ("static", "persistent")]
         assert (sampled[0] == sampled[1]).float().mean() > 0.95  # near-ties aside, the same text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_phase_profile_on_the_gpu_adds_up():
+    """phase_profile on the real grid (768 wide, batch 1, bf16: qkv tiles of several rounds): each
+    kind's busiest program works about as long as the kind's phases last at most (the rest is
+    barrier wait), the qkv tiles are a part of the attn phase, and an empty barrier costs less
+    than a phase."""
+    from omegaconf import OmegaConf
+
+    from transformerop.decode import Decoder
+    from transformerop.model import build_model
+    torch.manual_seed(0)
+    cfg = OmegaConf.create({"model": {"name": "gpt", "n_layer": 2, "n_head": 12, "n_embd": 768, "block_size": 64,
+                                      "dropout": 0.0, "bias": False}, "attention": {"name": "sdpa"}})
+    m = build_model(cfg, 65).cuda().eval().to(torch.bfloat16)
+    dec = Decoder(m, "persistent", 1, 7 + 40, temperature=0)
+    p = dec.runner.phase_profile(dec, torch.randint(65, (1, 7), device="cuda"))
+    assert p["phases_per_token"] == 2 * 2 + 2 and 0 < p["phase_steps"] <= 40
+    for kind in ("attn", "mlp", "head", "sample"):  # programs leave a barrier up to ~1 us apart
+        assert 0 < p[f"phase_work_us_{kind}"] <= p[f"phase_us_{kind}"] + 2.0, kind
+    assert 0 < p["phase_work_us_attn_qkv"] < p["phase_work_us_attn"]
+    assert 0 < p["barrier_us"] < p["phase_us_per_token"] / p["phases_per_token"]

@@ -37,20 +37,22 @@ def folded_norms(w: dict, L: int, bias: bool, ln_bias: bool) -> torch.Tensor:
     return torch.cat(parts).float()
 
 
-def phase_times(bufs, names, programs: int) -> tuple[dict, dict, int]:
+def phase_times(bufs, names, programs: int) -> tuple[dict, dict, int, float]:
     """From profiled launches' buffers (the kernel's PROF: the barriers' globaltimer stamps, then
-    each program's ns in each phase of a step, summed over the launch's steps): µs per step in each
-    kind of phase; per kind the busiest program's own µs, phase by phase, summed the same way; the
-    steps seen."""
+    each program's ns in each phase of a step, summed over the launch's steps, then each program's
+    ns in the attn phases' qkv tiles): µs per step in each kind of phase; per kind the busiest
+    program's own µs, phase by phase, summed the same way; the steps seen; and the busiest
+    program's µs a step in its qkv tiles."""
     P = len(names)
-    split = [b.double().split([b.numel() - programs * P, programs * P]) for b in bufs]
-    d = torch.cat([torch.diff(t).view(-1, P) for t, _ in split])  # (steps, phases) ns
-    busiest = (sum(w for _, w in split).view(programs, P) / d.size(0)).max(0).values  # (phases,) ns a step
+    split = [b.double().split([b.numel() - programs * (P + 1), programs * P, programs]) for b in bufs]
+    d = torch.cat([torch.diff(t).view(-1, P) for t, _, _ in split])  # (steps, phases) ns
+    busiest = (sum(w for _, w, _ in split).view(programs, P) / d.size(0)).max(0).values  # (phases,) ns a step
+    qkv = (sum(q for _, _, q in split) / d.size(0)).max().item() / 1e3
     per_kind, work = {}, {}
     for j, name in enumerate(names):
         per_kind[name] = per_kind.get(name, 0.0) + d[:, j].mean().item() / 1e3
         work[name] = work.get(name, 0.0) + busiest[j].item() / 1e3
-    return per_kind, work, d.size(0)
+    return per_kind, work, d.size(0), qkv
 
 
 class Persistent(Static):
@@ -134,7 +136,8 @@ class Persistent(Static):
             self.logits = torch.zeros(total, self.batch_size, self.shape["V"], device=out.device)
         phases = self.phases_per_token(self.shape["L"])
         profile = self.stamps is not None
-        prof = torch.zeros(1 + (n + self.programs) * phases if profile else 1, device=out.device, dtype=torch.int64)
+        prof = torch.zeros(1 + (n + self.programs) * phases + self.programs if profile else 1, device=out.device,
+                           dtype=torch.int64)
         greedy = temperature == 0
         self.bar.zero_()
         self.kern._decode_run_kernel[(self.programs,)](
@@ -157,9 +160,11 @@ class Persistent(Static):
         barrier that opens it to the next, so it includes that barrier's wait (during which the
         next phase's weights load). Beside each kind, phase_work_us_<kind>: per phase the time its
         busiest program spent from leaving one barrier to its arrival at the next (its mean over
-        the steps), summed like the phases; the rest of the phase is the barrier's own wait. And
-        barrier_us: the mean time of an empty barrier on the same grid, what no work inside the
-        phases can remove."""
+        the steps), summed like the phases; the rest of the phase is the barrier's own wait;
+        phase_work_us_attn_qkv: of the attn phases, the busiest program's time in its qkv tiles
+        (the rest of a program's attn phase: waiting on its heads' counters, the attention and the
+        projection). And barrier_us: the mean time of an empty barrier on the same grid, what no
+        work inside the phases can remove."""
         k, L = self.kern, self.shape["L"]
         names = [*k.LAYER_PHASES * L, *k.TOKEN_PHASES]
         self.stamps = []
@@ -169,7 +174,7 @@ class Persistent(Static):
             stamps, self.stamps = self.stamps, None
         if not stamps:  # a generation of one token: the prefill sampled it, no launch ran
             return {}
-        per_kind, work, steps = phase_times(stamps, names, self.programs)
+        per_kind, work, steps, qkv = phase_times(stamps, names, self.programs)
         total = sum(per_kind.values())
         empty = torch.zeros(BARRIERS_TIMED + self.programs, device=self.bar.device, dtype=torch.int64)
         self.bar.zero_()
@@ -177,7 +182,7 @@ class Persistent(Static):
         # the mean over the run, not a median of differences: those are a few ticks of the timer
         barrier_us = (empty[BARRIERS_TIMED - 1] - empty[0]).item() / (BARRIERS_TIMED - 1) / 1e3
         return {**{f"phase_us_{n}": v for n, v in per_kind.items()}, "barrier_us": barrier_us,
-                **{f"phase_work_us_{n}": v for n, v in work.items()},
+                **{f"phase_work_us_{n}": v for n, v in work.items()}, "phase_work_us_attn_qkv": qkv,
                 **{f"phase_share_{n}": v / total for n, v in per_kind.items()},
                 "phases_per_token": len(names), "phase_us_per_token": total, "phase_steps": steps}
 

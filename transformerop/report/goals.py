@@ -59,9 +59,12 @@ def _weights_rate(r, us_per_step: float) -> str:
 
 
 def _busiest(m: dict, kind: str) -> str:
-    """A one-launch phase kind's busiest program's own time in it (the rest: waiting at barriers)."""
+    """A one-launch phase kind's busiest program's own time in it (the rest: waiting at barriers),
+    and that of each of its parts timed apart (phase_work_us_<kind>_<part>)."""
     v = m.get(f"phase_work_us_{kind}")
-    return f" (busiest program {v:.1f})" if _num(v) else ""
+    parts = "".join(f"; in its {k[len(f'phase_work_us_{kind}_'):]} tiles {p:.1f}" for k, p in m.items()
+                    if k.startswith(f"phase_work_us_{kind}_") and _num(p))
+    return f" (busiest program {v:.1f}{parts})" if _num(v) else ""
 
 
 def _bound(r, metric: str) -> str:
