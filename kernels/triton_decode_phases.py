@@ -63,6 +63,17 @@ def _next_chunk(W, tile, k0, nprog, N: tl.constexpr, K: tl.constexpr, GROUP: tl.
 
 
 @triton.jit
+def _first_chunk(w_pre, first, W, r0, r_end, ld, BN: tl.constexpr, BK: tl.constexpr):
+    """A tile's first weight chunk (PRE): the one loaded at the barrier for the program's first
+    tile, else loaded now."""
+    if first:
+        w = w_pre
+    else:
+        w = _block(W, r0, r_end, 0, ld, ld, BN, BK)
+    return w
+
+
+@triton.jit
 def _product(acc, w, x, DOT: tl.constexpr, PREC: tl.constexpr):
     """acc += x . w^T for a (BN, BK) weight chunk and (B_PAD, BK) inputs. DOT: on the tensor cores
     (acc transposed, (BN, B_PAD)), the inputs in the weights' dtype (PREC: fp32's rounding);
@@ -120,10 +131,12 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
             H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, SPAN: tl.constexpr,
             BK: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr, HAS_BIAS: tl.constexpr,
             HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr, QKV: tl.constexpr, DOT: tl.constexpr,
-            PREC: tl.constexpr, STAGES: tl.constexpr):
+            PREC: tl.constexpr, STAGES: tl.constexpr, PRE: tl.constexpr):
     """OUT[b, n] = LN(X[b]) . W[n, :] (+ BIAS[n]) for every row b < NB of the stream slot X, over
-    this program's tiles of BN outputs (w_pre: its first chunk, when ONE or AHEAD; U: FOLD's u
-    and c, kernels/triton_decode_stream.py). QKV: W's rows are
+    this program's tiles of BN outputs (w_pre: its first chunk, when ONE, AHEAD or PRE; U: FOLD's
+    u and c, kernels/triton_decode_stream.py). PRE: each tile's first chunk is multiplied before
+    the pipelined loop over the others -- the program's first tile's from w_pre, loaded at the
+    barrier, where the loop would load it only after the barrier opens. QKV: W's rows are
     head-major (head h's q, k, v are rows h*3D .. (h+1)*3D, GROUP = 3D); k and v are also written
     at slot `pos` of the (B, H, W, D) caches, program 0 folds X (+ FOLD_B) into the next slot NXT,
     and each tile counts itself done on its head's counter (CNT[h], release) for the attention
@@ -133,6 +146,7 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
     XS += pid * NB * K  # this program's copy of the stream
     tiles: tl.constexpr = (N // GROUP) * ((GROUP + SPAN - 1) // SPAN)
     WHOLE: tl.constexpr = BK >= K and not ONE
+    tl.static_assert(not PRE or not (ONE or AHEAD))  # those load their chunks their own way
     mean, rstd, x_whole = _phase_input(X, NXT, FOLD_B, (pid == 0) * QKV, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
                                        WHOLE, FOLD, HAS_BIAS, HAS_LN_B, STAGES)
     w_next = w_pre
@@ -144,7 +158,13 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
         s1 = tl.zeros([B_PAD], dtype=tl.float32)  # FOLD: the tile's rows' sums, chunk by chunk
         s2 = s1
         fold = (tile == 0) * QKV  # program 0's first tile folds the slot into the next
-        for k0 in tl.range(0, K, BK, num_stages=STAGES):  # STAGES chunks of W in flight
+        if PRE:
+            w = _first_chunk(w_pre, tile == pid, W, r0, r_end, K, BN, BK)
+            x, s1, s2 = _tile_input(0, x_whole, s1, s2, mean, rstd, X, NXT, FOLD_B, fold, tile == pid,
+                                    tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, WHOLE, FOLD,
+                                    HAS_BIAS, HAS_LN_B)
+            acc = _product(acc, w, x, DOT, PREC)
+        for k0 in tl.range(PRE * BK, K, BK, num_stages=STAGES):  # STAGES chunks of W in flight
             x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, NXT, FOLD_B, fold, tile == pid,
                                     tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, WHOLE, FOLD,
                                     HAS_BIAS, HAS_LN_B)
@@ -177,86 +197,6 @@ def _wait(CNT, target):
     while seen < target:
         seen = tl.atomic_add(CNT, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
-
-
-@triton.jit
-def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps,
-         NB: tl.constexpr, C: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr,
-         BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr,
-         ADD_ONCE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, DOT: tl.constexpr,
-         PREC: tl.constexpr, STAGES: tl.constexpr, SPAN: tl.constexpr):
-    """The whole MLP in one phase: each program takes tiles of SPAN hidden units (_tile_rows),
-    h = GELU(LN2(X) W_fc^T (+b)) for them (X: the stream slot x +
-    attention), and adds their share h W_proj2[:, units]^T into the next slot XM with fp32
-    atomics (the sum's order varies from run to run, so fp32 results can differ in the last
-    bits); program 0 also folds X (+ FOLD_B, b_proj2) into XM. W_P2T is W_proj2 transposed
-    (4C, C): a program's units are contiguous rows, and its chunks of W_fc and of W_P2T are
-    blocks of one shape (BC == BK), which AHEAD loads one ahead as a single walk. ADD_ONCE (the
-    multiply-add form, one output chunk: BC >= C): a program of several tiles sums their shares
-    in registers and adds them once, where every tile's own add would pile as many atomics onto
-    the same C addresses as there are tiles in the grid."""
-    rows = tl.arange(0, B_PAD)
-    row_ok = rows < NB
-    XS += pid * NB * C
-    tl.static_assert(ONE or not AHEAD or BC == BK)
-    WHOLE: tl.constexpr = BK >= C and not ONE
-    mean, rstd, x_whole = _phase_input(X, XM, FOLD_B, pid == 0, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, WHOLE,
-                                       FOLD, HAS_BIAS, HAS_LN_B, STAGES)
-    w_next = wfc_pre
-    tiles: tl.constexpr = (4 * C + SPAN - 1) // SPAN
-    tl.static_assert(not ADD_ONCE or (BC >= C and not DOT))
-    total = tl.zeros([B_PAD, BC], dtype=tl.float32)  # ADD_ONCE: the sum of this program's shares
-    for tile in range(pid, tiles, nprog):
-        r0, r_end = _tile_rows(tile, 4 * C, 4 * C, SPAN)
-        offs_n = r0 + tl.arange(0, BN)
-        n_ok = offs_n < r_end
-        acc = _zeros(BN, B_PAD, DOT)
-        s1 = tl.zeros([B_PAD], dtype=tl.float32)  # FOLD: the tile's rows' sums, chunk by chunk
-        s2 = s1
-        for k0 in tl.range(0, C, BK, num_stages=STAGES):
-            x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0),
-                                    tile == pid, tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE,
-                                    WHOLE, FOLD, HAS_BIAS, HAS_LN_B)
-            if ONE:
-                w = wfc_pre
-            elif AHEAD:  # next: this tile's next chunk of W_fc, or its first of W_P2T
-                w = w_next
-                if k0 + BK < C:
-                    w_next = _block(W_FC, r0, r_end, k0 + BK, C, C, BN, BK)
-                else:
-                    w_next = _block(W_P2T, r0, r_end, 0, C, C, BN, BK)
-            else:
-                w = _block(W_FC, r0, r_end, k0, C, C, BN, BK)
-            acc = _product(acc, w, x, DOT, PREC)
-        h = _tile_output(acc, s1, s2, mean, rstd, U, B_FC, offs_n, n_ok, eps, 4 * C, C, DOT, FOLD, WHOLE, HAS_BIAS)
-        h = 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))  # exact (erf) GELU, as F.gelu
-        for c0 in tl.range(0, C, BC, num_stages=STAGES):
-            offs_c = c0 + tl.arange(0, BC)
-            c_ok = offs_c < C
-            if ONE:
-                w2 = wp2_pre
-            elif AHEAD:  # next: this tile's next chunk of W_P2T, or the first of W_fc of its next tile
-                w2 = w_next
-                if c0 + BC < C:
-                    w_next = _block(W_P2T, r0, r_end, c0 + BC, C, C, BN, BC)
-                else:
-                    r1, r1_end = _tile_rows(tile + nprog, 4 * C, 4 * C, SPAN)
-                    w_next = _block(W_FC, r1, r1_end, 0, C, C, BN, BK)
-            else:
-                w2 = _block(W_P2T, r0, r_end, c0, C, C, BN, BC)
-            if DOT:
-                part = tl.dot(h.to(w2.dtype), w2, input_precision=PREC)
-            else:
-                part = tl.sum(h[:, :, None] * w2.to(tl.float32)[None, :, :], 1)
-            if ADD_ONCE:
-                total += part
-            else:
-                tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], part, mask=row_ok[:, None] & c_ok[None, :],
-                              sem="relaxed", scope="gpu")
-    if ADD_ONCE and pid < tiles:  # the program's tiles' shares, summed in registers: one atomic add a column
-        offs_c = tl.arange(0, BC)
-        tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], total, mask=row_ok[:, None] & (offs_c < C)[None, :],
-                      sem="relaxed", scope="gpu")
 
 
 @triton.jit

@@ -20,11 +20,11 @@ much as a small phase's work: two phases a layer.
 
 S is the residual stream, a slot per phase: phase p reads S[p] and adds into S[p + 1], the
 residual term itself folded in by one program. The phases are in kernels/triton_decode_phases.py
-(the attention in kernels/triton_decode_attention.py), the stream (and each program's copy of a
-slot, XS) in kernels/triton_decode_stream.py; the tiles come from the shape (decode/persistent.py:
-plan). Accumulation is fp32, and the residual stream, q/k/v and the MLP hidden state are kept in
-fp32; from batch 2 the tensor-core products read them in the weights' dtype. The cache keeps the
-weights' dtype, as every other path's does.
+(the attention in kernels/triton_decode_attention.py, the MLP in kernels/triton_decode_mlp.py),
+the stream (and each program's copy of a slot, XS) in kernels/triton_decode_stream.py; the tiles
+come from the shape (decode/persistent_plan.py). Accumulation is fp32, and the residual stream,
+q/k/v and the MLP hidden state are kept in fp32; from batch 2 the tensor-core products read them
+in the weights' dtype. The cache keeps the weights' dtype, as every other path's does.
 
 The grid must be co-resident (at most one program per SM, nothing else running), or the barrier
 never opens. Under TRITON_INTERPRET=1 the programs run one after another, so the grid is one
@@ -35,7 +35,8 @@ import triton.language as tl
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 from .triton_decode_attention import _attend, _keys_ahead
-from .triton_decode_phases import _matvec, _mlp, _sample_embed, _tile_rows, _wait, _weights
+from .triton_decode_mlp import _mlp
+from .triton_decode_phases import _matvec, _sample_embed, _tile_rows, _wait, _weights
 
 LAYER_PHASES = ("attn", "mlp")
 TOKEN_PHASES = ("head", "sample")
@@ -109,7 +110,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        PROFILE: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, STAGES: tl.constexpr,
                        AHEAD: tl.constexpr, FOLD_QKV: tl.constexpr, FOLD_FC: tl.constexpr,
                        FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
-                       AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr, SPAN_FC: tl.constexpr):
+                       AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr, SPAN_FC: tl.constexpr,
+                       PRE_QKV: tl.constexpr, PRE_FC: tl.constexpr, PRE_P2: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
@@ -121,7 +123,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     values -- qkv's u, c, then W_fc's u, c -- and after the layers the head's. The MLP has a form
     of its own (DOT_FC, its rows padded to B_PAD_FC, AHEAD_FC): the tensor cores' pipelined loops
     can stream its weights faster than the multiply-adds even at batch 1. SPAN_QKV, SPAN_FC: the
-    rows a tile of the qkv phase and of the MLP takes, at most its BN (_tile_rows)."""
+    rows a tile of the qkv phase and of the MLP takes, at most its BN (_tile_rows). PRE_QKV,
+    PRE_FC, PRE_P2: a pipelined loop's first chunk loads at the barrier too (_matvec's PRE)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
@@ -161,7 +164,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             x_in = STREAM + 2 * layer * NB * C  # the layer's input slot; the attention adds into the next
             x_mid = x_in + NB * C
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 1, WORK, since, PHASES, PROFILE)
-            w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV or AHEAD)
+            w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV or AHEAD or PRE_QKV)
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
@@ -169,20 +172,20 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
                     W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
                     3 * C, C, 3 * D, H, W_CACHE, B_PAD, BN_QKV, SPAN_QKV, BK_QKV, ONE_QKV, AHEAD, FOLD_QKV, HAS_BIAS,
-                    HAS_LN_B, HAS_BIAS, True, DOT, PREC, STAGES)
+                    HAS_LN_B, HAS_BIAS, True, DOT, PREC, STAGES, PRE_QKV)
             if PROFILE:  # the qkv tiles' share of the phase: the rest is the attention and its projection
                 tl.atomic_add(QKV_WORK + pid, tl.extra.cuda.globaltimer() - since, sem="relaxed")
             _attend(pid, nprog, wo, QKV, kc, vc, k_old, kv_first, CNT + layer * H, (i + 1) * TILES_PER_HEAD,
                     W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
                     BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD)
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 2, WORK, since, PHASES, PROFILE)
-            w = _weights(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC)
-            w2 = _weights(W_P2T + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BC_FC, ONE_FC)
+            w = _weights(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC or PRE_FC)
+            w2 = _weights(W_P2T + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BC_FC, ONE_FC or PRE_P2)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
             _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
                  B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
                  LN2_B + layer * C, eps, NB, C, B_PAD_FC, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD_FC, FOLD_FC, ADD_ONCE,
-                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES, SPAN_FC)
+                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES, SPAN_FC, PRE_FC, PRE_P2)
         logits = LOGITS + t * NB * V
         _arrive(BAR, k + PHASES - 1, WORK, since, PHASES, PROFILE)
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
@@ -190,7 +193,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
         x_out = STREAM + 2 * L * NB * C  # the last layer's output: nothing folds it further
         _matvec(pid, nprog, w, x_out, x_out, B_O, XS, LNF_W, LNF_B, eps, WTE, WTE, FOLD + L * 14 * C, logits, KC, VC,
                 CNT, pos, NB, V, C, V, H, W_CACHE, B_PAD, BN_V, BN_V, BK_V, ONE_V, False, FOLD_V, HAS_BIAS, HAS_LN_B,
-                False, False, DOT, PREC, STAGES)
+                False, False, DOT, PREC, STAGES, False)
         since = _grid_sync(BAR, k + PHASES, PROF, WORK, since, PHASES, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, STREAM, pos + 1, temperature,
                       top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)

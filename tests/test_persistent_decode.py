@@ -76,6 +76,12 @@ for batch in (3, 1):  # tiles of fewer rows than their BN (SPAN, masked): 12 of 
     ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
     print(f"SPAN_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
+for batch in (3, 1):  # each loop's first chunk before the pipelined loop (PRE_*), the first tile's loaded ahead
+    tiles = {{**plan(64, 4, 20, 64, batch, 1, by_hand=mlp(batch)), **loops, "AHEAD_FC": False, "PRE_QKV": True,
+              "PRE_FC": True, "PRE_P2": True}}
+    ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
+    mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
+    print(f"PRE_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
 # the LayerNorms after the products (FOLD_*), both forms, tiled as above, with biases (c holds them)
 mb = model(True, 64, 64)
 for batch in (3, 1):
@@ -152,9 +158,9 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     for batch, dot in ((3, "True"), (1, "False")):  # tensor cores, multiply-adds
         tokens, form, diff = lines[f"TILED_TOKENS_{batch}"].split()
         assert (tokens, form) == ("True", dot) and float(diff) < 1e-5
-    for batch in (3, 1):
-        tokens, diff = lines[f"SPAN_{batch}"].split()
-        assert tokens == "True" and float(diff) < 1e-5
+    for batch, key in itertools.product((3, 1), ("SPAN", "PRE")):
+        tokens, diff = lines[f"{key}_{batch}"].split()
+        assert tokens == "True" and float(diff) < 1e-5, key
     for form, batch in itertools.product((1, 2), (3, 1)):  # c dropped from the folded epilogue moved logits by 0.5
         tokens, diff = lines[f"FOLD_{form}_{batch}"].split()
         assert tokens == "True" and float(diff) < 1e-5
@@ -195,7 +201,9 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
                            (["STAGES=9"], "decode.tiles.STAGES=9: it takes 1 to 4"),
                            (["DOT=true", "BN_FC=8"], "decode.tiles (DOT=True, BN_FC=8): a tensor-core tile has 16"),
                            (["DOT_FC=true", "BN_FC=8"], "decode.tiles (DOT_FC=True, BN_FC=8): a tensor-core tile"),
-                           (["ADD_ONCE=true", "DOT=true"], "ADD_ONCE needs the multiply-add form")):
+                           (["ADD_ONCE=true", "DOT=true"], "ADD_ONCE needs the multiply-add form"),
+                           (["DOT_FC=false", "PRE_FC=true"], "PRE_FC and PRE_P2 need an MLP loop without ONE or AHEAD"),
+                           (["PRE_QKV=true"], "PRE_QKV needs a qkv loop without ONE or AHEAD")):
         with pytest.raises(ValueError, match=re.escape(message)):
             check(make_cfg(*fp32, *(f"+decode.tiles.{t}" for t in tiles)), torch.device("cpu"))
     with pytest.raises(ValueError, match=re.escape("decode.tiles (FOLD_FC=1): a phase of one round")):
@@ -220,12 +228,14 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     it (the plan does not pipeline fp32), the most shared memory the loops can ask for; 1152 wide
     at batch 1, its chunks loaded one ahead over several tiles (AHEAD) and its MLP's shares added
     once a program (ADD_ONCE), the MLP by hand on the multiply-adds; 768 wide at batch 8, its MLP
-    pipelined two deep over three chunks; 1152 wide at batch 1 as planned: the MLP alone on the
-    tensor cores (DOT_FC), pipelined three deep, the qkv tiles 28 rows of 32 (SPAN_QKV)."""
+    pipelined two deep over three chunks, each loop's first chunk loaded at the barrier (PRE_*);
+    1152 wide at batch 1 as planned: the MLP alone on the tensor cores (DOT_FC), pipelined three
+    deep, the qkv tiles 28 rows of 32 (SPAN_QKV)."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent_plan import plan
-    mlp_on_fma = {"DOT_FC": False} if (C, batch, proj) == (1152, 1, "row") else {}  # the plan's is on the tensor cores
-    tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2, by_hand=mlp_on_fma)
+    by_hand = {(1152, 1, "row"): {"DOT_FC": False},  # the plan's MLP is on the tensor cores there
+               (768, 8, "auto"): {"PRE_QKV": True, "PRE_FC": True, "PRE_P2": True}}.get((C, batch, proj), {})
+    tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2, by_hand=by_hand)
     if dtype == "fp32" and proj == "auto":
         tiles["STAGES"] = 3
     if (C, batch, proj) == (1152, 1, "row"):  # the MLP's shares added once a program (ADD_ONCE; its one chunk covers C)

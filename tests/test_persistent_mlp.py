@@ -22,21 +22,22 @@ import json, sys
 import torch
 import triton
 import triton.language as tl
-from kernels.triton_decode_phases import _mlp, _tile_rows, _weights
+from kernels.triton_decode_mlp import _mlp
+from kernels.triton_decode_phases import _tile_rows, _weights
 
 
 @triton.jit
 def mlp_alone(X, XM, B_P2, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps, NB: tl.constexpr, C: tl.constexpr,
               B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr,
               AHEAD: tl.constexpr, FOLD: tl.constexpr, DOT: tl.constexpr, STAGES: tl.constexpr,
-              SPAN: tl.constexpr):
+              SPAN: tl.constexpr, PRE: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     first, end = _tile_rows(pid, 4 * C, 4 * C, SPAN)
-    w = _weights(W_FC, first, end, 0, C, C, BN, BK, ONE or AHEAD)
-    w2 = _weights(W_P2T, first, end, 0, C, C, BN, BC, ONE)
+    w = _weights(W_FC, first, end, 0, C, C, BN, BK, ONE or AHEAD or PRE)
+    w2 = _weights(W_P2T, first, end, 0, C, C, BN, BC, ONE or PRE)
     _mlp(pid, nprog, w, w2, X, XM, B_P2, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps, NB, C, B_PAD, BN, BK, BC, ONE,
-         AHEAD, FOLD, False, True, True, DOT, "ieee", STAGES, SPAN)
+         AHEAD, FOLD, False, True, True, DOT, "ieee", STAGES, SPAN, PRE, PRE)
 
 
 torch.manual_seed(0)
@@ -52,17 +53,17 @@ h = 0.5 * h * (1 + torch.erf(h / 2 ** 0.5))
 want = d["x"] + h @ d["w_p2"].T + d["b_p2"]
 u = torch.cat([d["w_fc"] @ d["g"], d["w_fc"] @ d["beta"] + d["b_fc"]]).float()  # FOLD's u and c
 errors = {}
-for name, programs, bn, bk, one, ahead, fold, dot, span in json.loads(sys.argv[1]):
+for name, programs, bn, bk, one, ahead, fold, dot, span, *pre in json.loads(sys.argv[1]):
     xm = torch.zeros(NB, C)
     xs = torch.zeros(programs, NB, C)
     b_pad = max(16, triton.next_power_of_2(NB)) if dot else triton.next_power_of_2(NB)
     mlp_alone[(programs,)](x, xm, b_p2, xs, w_fc, b_fc, u, w_p2.T.contiguous(), g, beta, eps, NB, C, b_pad, bn, bk,
-                           bk, one, ahead, fold, dot, 2, span)
+                           bk, one, ahead, fold, dot, 2, span, bool(pre))
     errors[name] = (xm.double() - want).abs().max().item()
 print("RESULT " + json.dumps(errors))
 '''
 
-# (name, programs, BN, BK, ONE, AHEAD, FOLD, DOT, SPAN); 4C = 192 hidden units
+# (name, programs, BN, BK, ONE, AHEAD, FOLD, DOT, SPAN[, "pre"]); 4C = 192 hidden units
 CASES = [
     # 5 programs, tiles of 39 rows in 64 (the last 36): one a program, in chunks of 16
     *[(f"span_{form}_{'dot' if dot else 'fma'}", 5, 64, 16, False, not dot, fold, dot, 39)
@@ -73,6 +74,11 @@ CASES = [
     ("more_programs_than_tiles", 200, 16, 32, False, False, 0, True, 1),  # a row a tile, 8 programs idle
     ("whole_tiles", 5, 32, 16, False, True, COPY, False, 32),  # 6 tiles of 32 on 5 programs: program 0 has two
     ("whole_tiles_dot", 5, 32, 16, False, False, SLOT, True, 32),
+    # PRE: each tile's first chunk of W_fc and of W_P2T before the pipelined loops, the program's
+    # first tile's loaded ahead; program 0 has two tiles (its second loads its own first chunks)
+    ("pre_first_chunks", 5, 32, 16, False, False, COPY, True, 32, "pre"),
+    ("pre_spans", 5, 64, 16, False, False, SLOT, True, 39, "pre"),
+    ("pre_fma", 5, 32, 16, False, False, 0, False, 32, "pre"),
 ]
 
 

@@ -158,6 +158,12 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     t["AHEAD"] = fixed.get("AHEAD", not dot)
     t["AHEAD_FC"] = t["AHEAD"] and not dot_fc  # the MLP's own form decides for its loops
     t["ADD_ONCE"] = fixed.get("ADD_ONCE", add_once and not dot_fc and t["BC_FC"] >= C and not t["ONE_FC"])
+    # by hand only (not yet measured): a pipelined loop's first chunk loaded at the barrier that
+    # opens its phase, as ONE and AHEAD load theirs -- the qkv tiles', W_fc's, W_P2T's. Held
+    # through the wait, they cost registers: in the sm_90 compile (Triton 3.9), spill stores grow
+    # from 160 to 360 bytes at 768 wide, batch 8 (all three), and from 340 to 1,216 at 1152 wide
+    for key in ("PRE_QKV", "PRE_FC", "PRE_P2"):
+        t[key] = fixed.get(key, False)
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
     # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
     # H200, 1152 wide, bf16: 1.10x at batch 8, 1.11x at batch 4, 1.04x at batch 1). Its tiles read
@@ -176,7 +182,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 
 # what decode.tiles may set: the plan's choices (the rest -- B_PAD, BD, VP, CP, ONE_QKV/FC/V,
 # num_stages -- follows from the shape and from these), with the values each may take
-FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O")
+FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
 RANGES = {"STAGES": (1, 4), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2), "O_CHUNKS": (1, 1 << 16),
@@ -209,7 +215,10 @@ def by_hand_error(by_hand: dict, C: int, H: int, V: int, W: int, batch: int, pro
              (not t["ADD_ONCE"] or (not t["DOT_FC"] and t["BC_FC"] >= C),
               "ADD_ONCE needs the multiply-add form and BC_FC >= C"),
              (all(not (t[f"ONE_{n}"] and t[f"FOLD_{n}"]) for n in ("QKV", "FC", "V")),
-              "a phase of one round (ONE_*) keeps its LayerNorm before its products (FOLD_* = 0)"))
+              "a phase of one round (ONE_*) keeps its LayerNorm before its products (FOLD_* = 0)"),
+             (not t["PRE_QKV"] or not (t["ONE_QKV"] or t["AHEAD"]), "PRE_QKV needs a qkv loop without ONE or AHEAD"),
+             (not (t["PRE_FC"] or t["PRE_P2"]) or not (t["ONE_FC"] or t["AHEAD_FC"]),
+              "PRE_FC and PRE_P2 need an MLP loop without ONE or AHEAD"))
     for ok, why in rules:
         if not ok:
             return f"decode.tiles ({', '.join(f'{k}={t[k]}' for k in by_hand)}): {why}"
