@@ -1,5 +1,7 @@
-"""The phases of one decode step in kernels/triton_persistent.py, one @triton.jit function each;
-the residual stream they read and add to is in kernels/triton_decode_stream.py.
+"""The phases of one decode step in kernels/triton_persistent.py, one @triton.jit function each,
+and the tiles, chunks and products they share (the MLP phase is in kernels/triton_decode_mlp.py,
+the attention in kernels/triton_decode_attention.py); the residual stream they read and add to
+is in kernels/triton_decode_stream.py.
 
 Every phase spreads its tiles over the grid (`for tile in range(pid, tiles, nprog)`). A
 program's first weight chunk loads while it waits at the barrier opening the phase (_weights):
@@ -8,7 +10,8 @@ activations -- a few KB written by the phase before -- are waited for after it. 
 AHEAD, each chunk's load is issued before the previous chunk's products, so that two chunks are
 always in flight -- across tiles, and in the MLP from its first product's weights to its
 second's: the software pipeliner (STAGES) does not take the multiply-add form's loads, and loads
-issued one at a time stream at a fraction of the bandwidth.
+issued one at a time stream at a fraction of the bandwidth. With PRE (by hand), a pipelined
+loop's first chunk loads at the barrier too, and is multiplied before the loop.
 Activations written by other programs are read with cache_modifier=".cg": from L2, never from a
 stale L1 line."""
 import triton
