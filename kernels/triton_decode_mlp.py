@@ -52,6 +52,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
     XS += pid * NB * C
     tl.static_assert(ONE or not AHEAD or BC == BK)
     tl.static_assert(not (PRE_FC or PRE_P2) or not (ONE or AHEAD))  # those load their chunks their own way
+    tl.static_assert(SPAN <= BN)  # a tile's rows are masked within its BN, never past it
     WHOLE: tl.constexpr = BK >= C and not ONE
     mean, rstd, x_whole = _phase_input(X, XM, FOLD_B, pid == 0, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, WHOLE,
                                        FOLD, HAS_BIAS, HAS_LN_B, STAGES)

@@ -150,6 +150,7 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
     tiles: tl.constexpr = (N // GROUP) * ((GROUP + SPAN - 1) // SPAN)
     WHOLE: tl.constexpr = BK >= K and not ONE
     tl.static_assert(not PRE or not (ONE or AHEAD))  # those load their chunks their own way
+    tl.static_assert(SPAN <= BN)  # a tile's rows are masked within its BN, never past it
     mean, rstd, x_whole = _phase_input(X, NXT, FOLD_B, (pid == 0) * QKV, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
                                        WHOLE, FOLD, HAS_BIAS, HAS_LN_B, STAGES)
     w_next = w_pre
