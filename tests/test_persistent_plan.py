@@ -60,6 +60,13 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         t = plan(C, H, 65, 256, batch, 132)
         assert (t["SHARED_O"], t["STAGES"], t["FOLD_FC"]) == (shared, stages, fold_fc), (C, batch)
     assert plan(384, 6, 65, 256, 1, 132)["BT"] == 256  # batch 1, bf16: the whole window in one block
+    # the tensor-core qkv loop in chunks of 128 where it takes several rounds (768 and 1152 wide,
+    # batch 4 and 8); one round stays one (384 wide: loaded at the barrier); the multiply-adds keep theirs
+    for C, H, batch, bk, one in ((768, 12, 8, 128, False), (1152, 18, 4, 128, False), (384, 6, 8, 512, True),
+                                 (1152, 18, 1, 512, False), (768, 12, 1, 1024, False)):
+        t = plan(C, H, 65, 256, batch, 132)
+        assert (t["BK_QKV"], t["ONE_QKV"]) == (bk, one), (C, batch)
+    assert plan(768, 12, 65, 256, 8, 132, by_hand={"BK_QKV": 256})["BK_QKV"] == 256  # by hand: as given
     # counting the stream's rereads widens the 1152-wide MLP's tensor-core tiles (one a program,
     # not three); the multiply-add form (batch 1) keeps its tiles
     rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132, cost="rounds"), plan(1152, 18, 65, 256, 8, 132)

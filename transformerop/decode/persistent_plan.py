@@ -10,6 +10,7 @@ REGISTERS_PER_THREAD = 64  # fp32 values a thread may hold for one tile's produc
 SHARE_BYTES = 6 << 20
 COPY, SLOT = 1, 2  # the folded LayerNorm's forms (kernels/triton_decode_stream.py: COPY, SLOT)
 SHARED_MEMORY = 192 << 10  # bytes of a program's shared memory the pipelined weight chunks may fill
+QKV_DOT_CHUNK = 128  # the tensor-core qkv loop's chunk where it takes several (see plan's tiles)
 
 
 def _pow2(n: int) -> int:
@@ -89,6 +90,13 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
             if best is None or (*rank, idle, waste) < best[0]:
                 best = ((*rank, idle, waste), bn, bk, rounds, span)
         _, bn, bk, rounds, span = best
+        # the tensor-core qkv loop in chunks of QKV_DOT_CHUNK where it takes more than one round:
+        # more, smaller chunks through the same pipeline (on the H200, bf16: 1152 wide, batch 4 and 8,
+        # attn phase 335 -> 303 and 417 -> 378 us a token; 768 wide, 153 -> 152 and 165 -> 160; the
+        # MLP's chunks at 768 wide the other way, 146 -> 167 us of MLP phase at batch 8)
+        if name == "QKV" and on_dot and rounds > 1 and bk > QKV_DOT_CHUNK and f"BK_{name}" not in fixed:
+            rounds = rounds // triton.cdiv(K, bk) * triton.cdiv(K, QKV_DOT_CHUNK)
+            bk = QKV_DOT_CHUNK
         # a tile may take fewer rows than its BN (SPAN, masked): group / (programs / groups) rows
         # spread a phase whose tiles leave programs idle (108 qkv tiles of 32 on 132 programs: 126
         # of 28) over them, within a head. Planned for the multiply-add form's qkv phase of
