@@ -166,10 +166,11 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     t["AHEAD"] = fixed.get("AHEAD", not dot)
     t["AHEAD_FC"] = t["AHEAD"] and not dot_fc  # the MLP's own form decides for its loops
     t["ADD_ONCE"] = fixed.get("ADD_ONCE", add_once and not dot_fc and t["BC_FC"] >= C and not t["ONE_FC"])
-    # by hand only (not yet measured): a pipelined loop's first chunk loaded at the barrier that
-    # opens its phase, as ONE and AHEAD load theirs -- the qkv tiles', W_fc's, W_P2T's. Held
-    # through the wait, they cost registers: in the sm_90 compile (Triton 3.9), spill stores grow
-    # from 160 to 360 bytes at 768 wide, batch 8 (all three), and from 340 to 1,216 at 1152 wide
+    # by hand only: a pipelined loop's first chunk loaded at the barrier that opens its phase, as
+    # ONE and AHEAD load theirs -- the qkv tiles', W_fc's, W_P2T's. Held through the wait, they
+    # cost registers (sm_90 compile, Triton 3.9: spill stores from 160 to 360 bytes at 768 wide,
+    # batch 8, and from 340 to 1,216 at 1152 wide), and on the H200 they lost at every row tried:
+    # 0.82-1.00x at 768 and 1152 wide, batch 4 and 8, and 0.99x for the MLP's at 1152 wide, batch 1
     for key in ("PRE_QKV", "PRE_FC", "PRE_P2"):
         t[key] = fixed.get(key, False)
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
