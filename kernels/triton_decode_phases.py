@@ -43,6 +43,21 @@ def _weights(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, LO
 
 
 @triton.jit
+def _prefetch_l2(W, r0, r_end, ld, LINES: tl.constexpr):
+    """Ask L2 for rows [r0, r_end) of the row-major W (ld elements a row, so one contiguous range)
+    and go on without waiting (PTX prefetch.global.L2, LINES lines of 128 bytes an instruction
+    round): a later phase's weights travel from memory while this phase works, and that phase
+    then finds them in L2. Unlike a chunk loaded at the barrier, nothing is held in registers."""
+    PER_LINE: tl.constexpr = 1024 // W.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
+    n = (r_end - r0).to(tl.int64) * ld
+    first = W + r0.to(tl.int64) * ld
+    for l0 in range(0, n, LINES * PER_LINE):
+        offs = tl.minimum(l0 + tl.arange(0, LINES).to(tl.int64) * PER_LINE, n - 1)  # never past the range
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [first + offs],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _tile_rows(tile, N: tl.constexpr, GROUP: tl.constexpr, SPAN: tl.constexpr):
     """Output rows of a tile, [first, end), when the N rows come in groups of GROUP (a head's q, k,
     v) that no tile straddles, SPAN rows a tile (a tile of BN >= SPAN, masked at its end); a tile

@@ -36,9 +36,10 @@ import triton.language as tl
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 from .triton_decode_attention import _attend, _keys_ahead
 from .triton_decode_mlp import _mlp
-from .triton_decode_phases import _matvec, _sample_embed, _tile_rows, _wait, _weights
+from .triton_decode_phases import _matvec, _prefetch_l2, _sample_embed, _tile_rows, _wait, _weights
 
 LAYER_PHASES = ("attn", "mlp")
+PREFETCH_LINES = tl.constexpr(512)  # L2_NEXT: 128-byte lines asked for an instruction round (two a thread at 8 warps)
 TOKEN_PHASES = ("head", "sample")
 # module constants a @triton.jit body reads must be tl.constexpr
 PHASES_PER_LAYER = tl.constexpr(len(LAYER_PHASES))
@@ -111,7 +112,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        AHEAD: tl.constexpr, FOLD_QKV: tl.constexpr, FOLD_FC: tl.constexpr,
                        FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
                        AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr, SPAN_FC: tl.constexpr,
-                       PRE_QKV: tl.constexpr, PRE_FC: tl.constexpr, PRE_P2: tl.constexpr):
+                       PRE_QKV: tl.constexpr, PRE_FC: tl.constexpr, PRE_P2: tl.constexpr, L2_NEXT: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
@@ -124,7 +125,11 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     of its own (DOT_FC, its rows padded to B_PAD_FC, AHEAD_FC): the tensor cores' pipelined loops
     can stream its weights faster than the multiply-adds even at batch 1. SPAN_QKV, SPAN_FC: the
     rows a tile of the qkv phase and of the MLP takes, at most its BN (_tile_rows). PRE_QKV,
-    PRE_FC, PRE_P2: a pipelined loop's first chunk loads at the barrier too (_matvec's PRE)."""
+    PRE_FC, PRE_P2: a pipelined loop's first chunk loads at the barrier too (_matvec's PRE).
+    L2_NEXT: as a phase opens, each program asks L2 for its first tile of the next phase's weights
+    (the attn phase for this layer's W_fc and W_proj2 rows, the MLP for the next layer's W_qkv
+    rows; after the last layer, the first layer's for the next token), to arrive while this
+    phase works (_prefetch_l2)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
@@ -168,6 +173,9 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
+            if L2_NEXT:
+                _prefetch_l2(W_FC + layer * 4 * C * C, fc0, fc_end, C, PREFETCH_LINES)
+                _prefetch_l2(W_P2T + layer * 4 * C * C, fc0, fc_end, C, PREFETCH_LINES)
             fold_ln = FOLD + layer * 14 * C
             _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
                     W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
@@ -182,6 +190,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             w = _weights(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC or PRE_FC)
             w2 = _weights(W_P2T + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BC_FC, ONE_FC or PRE_P2)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
+            if L2_NEXT:
+                _prefetch_l2(W_QKV + (layer + 1) % L * 3 * C * C, r0, r_end, C, PREFETCH_LINES)
             _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
                  B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
                  LN2_B + layer * C, eps, NB, C, B_PAD_FC, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD_FC, FOLD_FC, ADD_ONCE,

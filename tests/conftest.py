@@ -52,15 +52,17 @@ def script_result(script: str, env: dict, *args, timeout: int = 900) -> dict:
 H200_SHARED_MEMORY = 232448  # bytes one program may use on sm_90 (the launch refuses more)
 
 
-def compile_for_h200(kernel, sig: dict, const: dict, options: dict) -> None:
+def compile_for_h200(kernel, sig: dict, const: dict, options: dict):
     """triton.compile for sm_90, no GPU needed: it catches what the interpreter lets through (a
     plain module global inside @triton.jit, a dot's operand shapes); the kernel must also fit the
-    shared memory the H200 would give one program at launch."""
+    shared memory the H200 would give one program at launch. Returns the compiled kernel (its
+    asm: the PTX and SASS to look into)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     compiled = triton.compile(ASTSource(kernel, sig, const), target=GPUTarget("cuda", 90, 32), options=options)
     assert compiled.metadata.shared <= H200_SHARED_MEMORY, compiled.metadata.shared
+    return compiled
 
 FAST = ["train.max_iters=30", "train.eval_interval=15", "train.eval_iters=2", "train.progress=false"]
 

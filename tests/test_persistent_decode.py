@@ -203,7 +203,9 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
                            (["DOT_FC=true", "BN_FC=8"], "decode.tiles (DOT_FC=True, BN_FC=8): a tensor-core tile"),
                            (["ADD_ONCE=true", "DOT=true"], "ADD_ONCE needs the multiply-add form"),
                            (["DOT_FC=false", "PRE_FC=true"], "PRE_FC and PRE_P2 need an MLP loop without ONE or AHEAD"),
-                           (["PRE_QKV=true"], "PRE_QKV needs a qkv loop without ONE or AHEAD")):
+                           (["PRE_QKV=true"], "PRE_QKV needs a qkv loop without ONE or AHEAD"),
+                           (["L2_NEXT=true"], "decode.tiles.L2_NEXT=true: a PTX prefetch, for a CUDA GPU; the Triton "
+                                              "interpreter cannot run it")):
         with pytest.raises(ValueError, match=re.escape(message)):
             check(make_cfg(*fp32, *(f"+decode.tiles.{t}" for t in tiles)), torch.device("cpu"))
     with pytest.raises(ValueError, match=re.escape("decode.tiles (FOLD_FC=1): a phase of one round")):
@@ -229,12 +231,14 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     at batch 1, its chunks loaded one ahead over several tiles (AHEAD) and its MLP's shares added
     once a program (ADD_ONCE), the MLP by hand on the multiply-adds; 768 wide at batch 8, its MLP
     pipelined two deep over three chunks, each loop's first chunk loaded at the barrier (PRE_*);
+    1152 wide at batch 8, the next phase's weights asked of L2 as a phase opens (L2_NEXT);
     1152 wide at batch 1 as planned: the MLP alone on the tensor cores (DOT_FC), pipelined three
     deep, the qkv tiles 28 rows of 32 (SPAN_QKV)."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent_plan import plan
     by_hand = {(1152, 1, "row"): {"DOT_FC": False},  # the plan's MLP is on the tensor cores there
-               (768, 8, "auto"): {"PRE_QKV": True, "PRE_FC": True, "PRE_P2": True}}.get((C, batch, proj), {})
+               (768, 8, "auto"): {"PRE_QKV": True, "PRE_FC": True, "PRE_P2": True},
+               (1152, 8, "head"): {"L2_NEXT": True}}.get((C, batch, proj), {})
     tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2, by_hand=by_hand)
     if dtype == "fp32" and proj == "auto":
         tiles["STAGES"] = 3
@@ -249,7 +253,10 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
              "LOGITS": "*fp32", "CNT": "*i32", "STREAM": "*fp32", "QKV": "*fp32", "XS": "*fp32", "Y": "*fp32",
              "FOLD": "*fp32"}
     sig = {n: "constexpr" if n in const else fixed.get(n, f"*{dtype}") for n in k._decode_run_kernel.arg_names}
-    compile_for_h200(k._decode_run_kernel, sig, const, options)
+    ptx = compile_for_h200(k._decode_run_kernel, sig, const, options).asm["ptx"]
+    # L2_NEXT: three prefetch loops a layer (W_fc's and W_proj2's rows, the next layer's W_qkv's), none without it
+    assert ptx.count("prefetch.global.L2") >= (3 if tiles["L2_NEXT"] else 0) and \
+        ("prefetch.global.L2" in ptx) == tiles["L2_NEXT"]
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -331,13 +338,14 @@ def test_the_empty_barrier_kernel_compiles_for_the_h200():
 @pytest.mark.parametrize("n_embd,n_layer,n_head,dtype,batch,proj", [
     (384, 6, 6, torch.float32, 1, "row"), (384, 6, 6, torch.bfloat16, 8, "row"), (768, 4, 12, torch.bfloat16, 4, "row"),
     (768, 4, 12, torch.float32, 3, "row"), (768, 4, 12, torch.bfloat16, 8, "head"), (384, 6, 6, torch.float32, 2, "head"),
-    (1152, 2, 18, torch.float32, 3, "auto")])
+    (1152, 2, 18, torch.float32, 3, "auto"), (768, 4, 12, torch.bfloat16, 8, "auto")])
 def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype, batch, proj):
     """The real grid (one program per SM) past block_size: the one parity check (tokens in fp32,
     logits within the precision's tolerance), and in fp32 the same sampled text as decode=static;
     with the projection per row and shared by the rows (decode.attn_proj), and at 1152 wide the
     weight chunks pipelined three deep (STAGES, the plan's choice there in bf16) in fp32, where
-    the contract is the same tokens."""
+    the contract is the same tokens; 768 wide, batch 8, auto: the next phase's weights asked of L2
+    (L2_NEXT, by hand)."""
     from omegaconf import OmegaConf
 
     from transformerop.decode import Decoder
@@ -349,7 +357,7 @@ def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype,
                             "attention": {"name": "sdpa"}})
     m = build_model(cfg, 65).cuda().eval().to(dtype)
     prompt = torch.randint(65, (batch, 7), device="cuda")
-    dcfg = OmegaConf.create({"attn_proj": proj})
+    dcfg = OmegaConf.create({"attn_proj": proj, "tiles": {"L2_NEXT": True} if (n_embd, proj) == (768, "auto") else {}})
     dec = Decoder(m, "persistent", batch, 7 + 150, temperature=0, dcfg=dcfg)
     assert proj == "auto" or dec.runner.tiles["SHARED_O"] == (proj == "head")
     if n_embd == 1152:

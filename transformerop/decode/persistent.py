@@ -196,6 +196,9 @@ class Persistent(Static):
             m, dev = cfg.model, torch.device(device)
             programs = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 1
             error = by_hand_error(by_hand, m.n_embd, m.n_head, 65, m.block_size, cfg.generate.batch_size, programs)
+            if by_hand.get("L2_NEXT") is True and dev.type != "cuda":
+                error = ("decode.tiles.L2_NEXT=true: a PTX prefetch, for a CUDA GPU; "
+                         "the Triton interpreter cannot run it")
             if error:
                 raise ValueError(error)
 

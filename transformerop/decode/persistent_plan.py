@@ -173,6 +173,10 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # 0.82-1.00x at 768 and 1152 wide, batch 4 and 8, and 0.99x for the MLP's at 1152 wide, batch 1
     for key in ("PRE_QKV", "PRE_FC", "PRE_P2"):
         t[key] = fixed.get(key, False)
+    # by hand only (not yet measured): each program asks L2 for its first tile of the next phase's
+    # weights as a phase opens (PTX prefetch, no registers held): where the weights stream from
+    # memory (768 wide and up), a phase would find them in L2. A CUDA GPU's: not for the interpreter
+    t["L2_NEXT"] = fixed.get("L2_NEXT", False)
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
     # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
     # H200, 1152 wide, bf16: 1.10x at batch 8, 1.11x at batch 4, 1.04x at batch 1). Its tiles read
@@ -191,7 +195,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 
 # what decode.tiles may set: the plan's choices (the rest -- B_PAD, BD, VP, CP, ONE_QKV/FC/V,
 # num_stages -- follows from the shape and from these), with the values each may take
-FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2")
+FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2", "L2_NEXT")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
 RANGES = {"STAGES": (1, 4), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2), "O_CHUNKS": (1, 1 << 16),
