@@ -43,18 +43,26 @@ def _weights(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, LO
 
 
 @triton.jit
-def _prefetch_l2(W, r0, r_end, ld, LINES: tl.constexpr):
-    """Ask L2 for rows [r0, r_end) of the row-major W (ld elements a row, so one contiguous range)
-    and go on without waiting (PTX prefetch.global.L2, LINES lines of 128 bytes an instruction
-    round): a later phase's weights travel from memory while this phase works, and that phase
-    then finds them in L2. Unlike a chunk loaded at the barrier, nothing is held in registers."""
+def _prefetch_l2(W, r0, r_end, c0, c_end, ld, LINES: tl.constexpr):
+    """Ask L2 for the block W[r0:r_end, c0:c_end] (row stride ld) and go on without waiting (PTX
+    prefetch.global.L2, LINES lines of 128 bytes an instruction round): a later phase's weights
+    travel from memory while this phase works, and that phase then finds them in L2. Unlike a
+    chunk loaded at the barrier, nothing is held in registers."""
     PER_LINE: tl.constexpr = 1024 // W.dtype.element_ty.primitive_bitwidth  # elements in 128 bytes
-    n = (r_end - r0).to(tl.int64) * ld
-    first = W + r0.to(tl.int64) * ld
-    for l0 in range(0, n, LINES * PER_LINE):
-        offs = tl.minimum(l0 + tl.arange(0, LINES).to(tl.int64) * PER_LINE, n - 1)  # never past the range
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [first + offs],
+    per_row = tl.cdiv(c_end - c0, PER_LINE)
+    n = (r_end - r0) * per_row  # none for a program without a tile (r_end <= r0)
+    for l0 in range(0, n, LINES):
+        offs = _line_offsets(l0, n, per_row, r0, c0, ld, LINES, PER_LINE)
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [W + offs],
                                   dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _line_offsets(l0, n, per_row, r0, c0, ld, LINES: tl.constexpr, PER_LINE: tl.constexpr):
+    """Element offsets of lines l0 .. l0 + LINES - 1 of a block's n lines, per_row a row (the last
+    line again past the end, never past the block)."""
+    line = tl.minimum(l0 + tl.arange(0, LINES), n - 1)
+    return (r0 + line // per_row).to(tl.int64) * ld + c0 + line % per_row * PER_LINE
 
 
 @triton.jit

@@ -126,10 +126,10 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     can stream its weights faster than the multiply-adds even at batch 1. SPAN_QKV, SPAN_FC: the
     rows a tile of the qkv phase and of the MLP takes, at most its BN (_tile_rows). PRE_QKV,
     PRE_FC, PRE_P2: a pipelined loop's first chunk loads at the barrier too (_matvec's PRE).
-    L2_NEXT: as a phase opens, each program asks L2 for its first tile of the next phase's weights
-    (the attn phase for this layer's W_fc and W_proj2 rows, the MLP for the next layer's W_qkv
-    rows; after the last layer, the first layer's for the next token), to arrive while this
-    phase works (_prefetch_l2)."""
+    L2_NEXT: as a phase opens, each program asks L2 for weights it loads later: the attn phase for
+    its projection chunk and its first MLP tile (W_fc's and W_proj2's rows), the MLP for its first
+    qkv tile of the next layer (after the last layer, the first layer's, for the next token); they
+    arrive while the phase works (_prefetch_l2)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     D: tl.constexpr = C // H
@@ -173,9 +173,10 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
             k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
-            if L2_NEXT:
-                _prefetch_l2(W_FC + layer * 4 * C * C, fc0, fc_end, C, PREFETCH_LINES)
-                _prefetch_l2(W_P2T + layer * 4 * C * C, fc0, fc_end, C, PREFETCH_LINES)
+            if L2_NEXT:  # this phase's projection chunk, then the MLP's tile
+                _prefetch_l2(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, PREFETCH_LINES)
+                _prefetch_l2(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, PREFETCH_LINES)
+                _prefetch_l2(W_P2T + layer * 4 * C * C, fc0, fc_end, 0, C, C, PREFETCH_LINES)
             fold_ln = FOLD + layer * 14 * C
             _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
                     W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
@@ -191,7 +192,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             w2 = _weights(W_P2T + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BC_FC, ONE_FC or PRE_P2)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
             if L2_NEXT:
-                _prefetch_l2(W_QKV + (layer + 1) % L * 3 * C * C, r0, r_end, C, PREFETCH_LINES)
+                _prefetch_l2(W_QKV + (layer + 1) % L * 3 * C * C, r0, r_end, 0, C, C, PREFETCH_LINES)
             _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
                  B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
                  LN2_B + layer * C, eps, NB, C, B_PAD_FC, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD_FC, FOLD_FC, ADD_ONCE,
