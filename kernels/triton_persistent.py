@@ -39,11 +39,11 @@ from .triton_decode_mlp import _mlp
 from .triton_decode_phases import _matvec, _prefetch_l2, _sample_embed, _tile_rows, _wait, _weights
 
 LAYER_PHASES = ("attn", "mlp")
-PREFETCH_LINES = tl.constexpr(512)  # L2_NEXT: 128-byte lines asked for an instruction round (two a thread at 8 warps)
 TOKEN_PHASES = ("head", "sample")
 # module constants a @triton.jit body reads must be tl.constexpr
 PHASES_PER_LAYER = tl.constexpr(len(LAYER_PHASES))
 PHASES_PER_TOKEN_EXTRA = tl.constexpr(len(TOKEN_PHASES))
+PREFETCH_LINES = tl.constexpr(512)  # L2_NEXT: 128-byte lines asked for an instruction round (two a thread at 8 warps)
 
 
 @triton.jit
