@@ -40,11 +40,18 @@ def interpreted(script: str, timeout: int = 900) -> dict:
     return dict(line.split(" ", 1) for line in p.stdout.splitlines() if " " in line)
 
 
-def script_result(script: str, env: dict, *args, timeout: int = 900) -> dict:
+def script_result(script: str, env: dict, *args, timeout: int = 900, folder=None) -> dict:
     """Run `script ARGS` in a fresh Python with `env` added (TRITON_INTERPRET=1 for the Triton
-    interpreter: Triton reads it when imported) and return the JSON it printed after "RESULT "."""
-    p = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True, text=True,
-                       timeout=timeout, env={**os.environ, **env})
+    interpreter: Triton reads it when imported) and return the JSON it printed after "RESULT ".
+    A script that defines @triton.jit functions runs from a file in `folder` (Triton reads their
+    source), with the project on its path."""
+    command = [sys.executable, "-c", script]
+    if folder is not None:
+        path = Path(folder) / "script.py"
+        path.write_text(script)
+        command, env = [sys.executable, str(path)], {"PYTHONPATH": str(ROOT), **env}
+    p = subprocess.run([*command, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, **env})
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(next(s for s in p.stdout.splitlines() if s.startswith("RESULT "))[len("RESULT "):])
 

@@ -4,16 +4,11 @@ phase has no barrier inside, so its programs can run one after another): each pr
 units -- tiles of BN rows, or of fewer (SPAN_FC, masked) -- and their shares added into the next
 slot must give x + MLP(LN(x)) once, against a float64 reference."""
 import itertools
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from transformerop.decode.persistent_plan import COPY, SLOT
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # the phase as the kernel calls it: the first tile's weights loaded before the phase (as at the
 # barrier), then _mlp; B_P2 is the bias the program folding the slot adds with it
@@ -85,12 +80,9 @@ CASES = [
 @pytest.fixture(scope="module")
 def errors(tmp_path_factory):
     import json
-    script = tmp_path_factory.mktemp("mlp") / "mlp_alone.py"  # a file: @triton.jit reads its source
-    script.write_text(SCRIPT)
-    p = subprocess.run([sys.executable, str(script), json.dumps(CASES)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=900, env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": ROOT})
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(next(s for s in p.stdout.splitlines() if s.startswith("RESULT "))[len("RESULT "):])
+
+    from conftest import script_result
+    return script_result(SCRIPT, {"TRITON_INTERPRET": "1"}, json.dumps(CASES), folder=tmp_path_factory.mktemp("mlp"))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run: CPU only")

@@ -4,14 +4,9 @@ the lines it is given are _line_offsets', which runs under the Triton interprete
 line of the block must be asked for and nothing outside it, against the block's lines counted in
 Python, for whole rows, a head's columns, rows of a part line, several rounds, and no rows."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = '''
 import json, sys
@@ -54,12 +49,8 @@ def lines_of(rows, r0, r_end, c0, c_end, ld, per_line) -> list:
 
 @pytest.fixture(scope="module")
 def marked(tmp_path_factory):
-    script = tmp_path_factory.mktemp("lines") / "mark_lines.py"  # a file: @triton.jit reads its source
-    script.write_text(SCRIPT)
-    p = subprocess.run([sys.executable, str(script), json.dumps(CASES)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600, env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": ROOT})
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(next(s for s in p.stdout.splitlines() if s.startswith("RESULT "))[len("RESULT "):])
+    from conftest import script_result
+    return script_result(SCRIPT, {"TRITON_INTERPRET": "1"}, json.dumps(CASES), folder=tmp_path_factory.mktemp("lines"))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter's run: CPU only")
