@@ -67,6 +67,7 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
         t = plan(C, H, 65, 256, batch, 132)
         assert (t["BK_QKV"], t["ONE_QKV"]) == (bk, one), (C, batch)
     assert plan(768, 12, 65, 256, 8, 132, by_hand={"BK_QKV": 256})["BK_QKV"] == 256  # by hand: as given
+    assert plan(768, 12, 65, 256, 8, 132, elem=4)["BK_QKV"] == 256  # fp32 weights: not pipelined, not measured
     # counting the stream's rereads widens the 1152-wide MLP's tensor-core tiles (one a program,
     # not three); the multiply-add form (batch 1) keeps its tiles
     rounds, by_bytes = plan(1152, 18, 65, 256, 8, 132, cost="rounds"), plan(1152, 18, 65, 256, 8, 132)

@@ -90,11 +90,12 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
             if best is None or (*rank, idle, waste) < best[0]:
                 best = ((*rank, idle, waste), bn, bk, rounds, span)
         _, bn, bk, rounds, span = best
-        # the tensor-core qkv loop in chunks of QKV_DOT_CHUNK where it takes more than one round:
-        # more, smaller chunks through the same pipeline (on the H200, bf16: 1152 wide, batch 4 and 8,
-        # attn phase 335 -> 303 and 417 -> 378 us a token; 768 wide, 153 -> 152 and 165 -> 160; the
-        # MLP's chunks at 768 wide the other way, 146 -> 167 us of MLP phase at batch 8)
-        if name == "QKV" and on_dot and rounds > 1 and bk > QKV_DOT_CHUNK and f"BK_{name}" not in fixed:
+        # the tensor-core qkv loop of 16-bit weights (pipelined) in chunks of QKV_DOT_CHUNK where it
+        # takes more than one round: more, smaller chunks through the same pipeline (on the H200,
+        # bf16: 1152 wide, batch 4 and 8, attn phase 335 -> 303 and 417 -> 378 us a token; 768 wide,
+        # 153 -> 152 and 165 -> 160; the MLP's chunks at 768 wide the other way, 146 -> 167 us of
+        # MLP phase at batch 8). fp32 weights, never pipelined, keep the rounds' ranking
+        if name == "QKV" and on_dot and elem == 2 and rounds > 1 and bk > QKV_DOT_CHUNK and f"BK_{name}" not in fixed:
             rounds = rounds // triton.cdiv(K, bk) * triton.cdiv(K, QKV_DOT_CHUNK)
             bk = QKV_DOT_CHUNK
         # a tile may take fewer rows than its BN (SPAN, masked): group / (programs / groups) rows
