@@ -174,10 +174,12 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # 0.82-1.00x at 768 and 1152 wide, batch 4 and 8, and 0.99x for the MLP's at 1152 wide, batch 1
     for key in ("PRE_QKV", "PRE_FC", "PRE_P2"):
         t[key] = fixed.get(key, False)
-    # by hand only (not yet measured): as a phase opens, each program asks L2 for weights it loads
-    # later -- its projection chunk, its first MLP tile, its next layer's first qkv tile -- (a PTX
-    # prefetch, no registers held): where the weights stream from memory (768 wide and up, 0.5-1.1
-    # TB/s a phase on the H200), the phase that loads them would find them in L2. CUDA only
+    # by hand only: as a phase opens, each program asks L2 for weights it loads later -- its
+    # projection chunk, its first MLP tile, its next layer's first qkv tile -- (a PTX prefetch, no
+    # registers held), so that the phase that loads them finds them in L2. CUDA only. On the H200,
+    # bf16, it lost at every row tried (0.85-0.96x at 768 and 1152 wide, batch 1, 4 and 8): the
+    # attn phase it is issued in slowed by 8-55 us a token and the phases it fed gained little or
+    # nothing -- the prefetches queue ahead of the phase's own loads
     t["L2_NEXT"] = fixed.get("L2_NEXT", False)
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
     # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
