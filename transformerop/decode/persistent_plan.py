@@ -178,7 +178,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # projection chunk, its first MLP tile, its next layer's first qkv tile -- (a PTX prefetch, no
     # registers held), so that the phase that loads them finds them in L2. CUDA only. On the H200,
     # bf16, it lost at every row tried (0.85-0.96x at 768 and 1152 wide, batch 1, 4 and 8): the
-    # attn phase it is issued in slowed by 8-55 us a token and the phases it fed gained little or
+    # attn phase it is issued in slowed by 13-55 us a token and the phases it fed gained little or
     # nothing -- the prefetches queue ahead of the phase's own loads
     t["L2_NEXT"] = fixed.get("L2_NEXT", False)
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
