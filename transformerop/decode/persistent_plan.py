@@ -68,7 +68,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
         rounds of loads, and the rows a tile takes."""
         pad = rows_padded(on_dot)
         # a weight element costs a register per row on the multiply-add form (the inputs are held
-        # in the weights' layout); a dot holds its weight tile and its inputs: half of one each
+        # in the weights' layout); a dot holds its weight tile and its inputs: half of one each.
+        # (Pipelined, a dot's chunks sit in shared memory, but larger ones still lost: MLP chunks of
+        # 64 x 256 at 1152 wide, bf16, 0.90-0.94x at batch 1, 4 and 8 on the H200)
         cap = budget // 2 if on_dot else budget // pad
         bns = [fixed[f"BN_{name}"]] if f"BN_{name}" in fixed else \
             [1 << i for i in range(4 if on_dot else 0, max(5, _pow2(group).bit_length()))]
@@ -105,7 +107,8 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
         # the attn phase went from 278 to 260 us a token (768 wide, where spans of 18 came with
         # tiles of 32 x 512 instead of 16 x 1024, from 124 to 153). Not on the tensor cores, where
         # they measured no faster (1152 wide, batch 4 and 8: MLP spans of 35 in 64, 0.97-0.99x;
-        # 768 and 384 wide, 0.98-1.00x): a program there waits on its chunks' round trips
+        # 768 and 384 wide, 0.98-1.00x; qkv spans of 27 in 32 at 1152 wide, batch 8, 0.83x): a
+        # program there waits on its chunks' round trips, whatever their size
         even = triton.cdiv(group, max(1, programs // groups))
         if name == "QKV" and not on_dot and f"SPAN_{name}" not in fixed and rounds > 1 and even < span and \
                 triton.cdiv(groups * triton.cdiv(group, even), programs) * triton.cdiv(K, bk) <= rounds:
@@ -153,8 +156,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # (the MLP's two loops hold theirs at once); on the tensor cores, fewer than the MLP's
     # reduction has chunks: a pipeline as deep as the loop only fills (on the H200, bf16: 9 chunks
     # a tile, 1152 wide at batch 4 and 8, three deep 1.11-1.12x; 3 chunks, 768 wide at batch 8,
-    # three deep 0.98x, two deep 1.05x); the multiply-add form, never measured pipelined, only
-    # where the loop is twice the pipeline; not for fp32 weights, whose pipelined tiles spill
+    # three deep 0.98x, two deep 1.05x; four deep at 1152 wide, batch 1, 4 and 8: 1.00-1.02x,
+    # within the spread between calls, so three stays the default); the multiply-add form, never
+    # measured pipelined, only where the loop is twice the pipeline; not for fp32 weights, whose pipelined tiles spill
     # kilobytes of registers (sm_90 compile, 1152-4096 wide: 4-7 KB against 88 bytes unpipelined)
     chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
     stages = max(1, min(stages, SHARED_MEMORY // (2 * chunk))) if elem == 2 else 1
