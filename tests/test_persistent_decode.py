@@ -227,8 +227,9 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
 def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost, proj):
     """conftest.compile_for_h200 at the plan's tiles, its pipelined weight chunks (STAGES) in the
     H200's shared memory, a pipelined MLP loop's W_fc chunks streamed through them (async copies
-    into STAGES - 1 buffers or more, not loads into registers); fp32 at 1152 wide, batch 3, pipelined three deep as the GPU test forces
-    it (the plan does not pipeline fp32), the most shared memory the loops can ask for; 1152 wide
+    into STAGES - 1 buffers or more, not loads into registers); fp32 at 1152 wide, batch 3,
+    pipelined three deep as the GPU test forces it (the plan does not pipeline fp32), the most
+    shared memory the loops can ask for; 1152 wide
     at batch 1, its chunks loaded one ahead over several tiles (AHEAD) and its MLP's shares added
     once a program (ADD_ONCE), the MLP by hand on the multiply-adds; 768 wide at batch 8, its MLP
     pipelined two deep over three chunks, each loop's first chunk loaded at the barrier (PRE_*);
@@ -259,7 +260,8 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     # a pipelined MLP loop streams its W_fc chunks through STAGES - 1 buffers or more of shared memory
     if tiles["DOT_FC"] and tiles["STAGES"] > 1 and dtype == "bf16":
         chunk = f"x{tiles['BN_FC']}x{tiles['BK_FC']}xbf16"
-        buffers = [int(m) for m in re.findall(r"local_alloc : \(\) -> !ttg\.memdesc<(\d+)" + chunk, compiled.asm["ttgir"])]
+        allocs = r"local_alloc : \(\) -> !ttg\.memdesc<(\d+)" + chunk
+        buffers = [int(m) for m in re.findall(allocs, compiled.asm["ttgir"])]
         assert buffers and max(buffers) >= tiles["STAGES"] - 1, (chunk, buffers)
     # L2_NEXT: four prefetch loops a layer (W_proj's chunk, W_fc's and W_proj2's rows, the next layer's W_qkv's)
     assert ptx.count("prefetch.global.L2") >= (4 if tiles["L2_NEXT"] else 0) and \

@@ -158,8 +158,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # a tile, 1152 wide at batch 4 and 8, three deep 1.11-1.12x; 3 chunks, 768 wide at batch 8,
     # three deep 0.98x, two deep 1.05x; four deep at 1152 wide, batch 1, 4 and 8: 1.00-1.02x,
     # within the spread between calls, so three stays the default); the multiply-add form, never
-    # measured pipelined, only where the loop is twice the pipeline; not for fp32 weights, whose pipelined tiles spill
-    # kilobytes of registers (sm_90 compile, 1152-4096 wide: 4-7 KB against 88 bytes unpipelined)
+    # measured pipelined, only where the loop is twice the pipeline; not for fp32 weights, whose
+    # pipelined tiles spill kilobytes of registers (sm_90 compile, 1152-4096 wide: 4-7 KB against
+    # 88 bytes unpipelined)
     chunk = max(t["BN_QKV"] * t["BK_QKV"], t["BN_FC"] * t["BK_FC"], t["BN_V"] * t["BK_V"]) * elem
     stages = max(1, min(stages, SHARED_MEMORY // (2 * chunk))) if elem == 2 else 1
     fc_chunks = triton.cdiv(C, t["BK_FC"])
