@@ -25,7 +25,7 @@ SQRT1_2 = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2)
 INV_SQRT_2PI = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])  # a launch at any token count finds the same kernel
 def _fc_gelu_kernel(A, B, BIAS, PRE, OUT, M, N, K, stride_am, stride_bn, stride_bk,
                     HAS_BIAS: tl.constexpr, BACKWARD: tl.constexpr, PRECISION: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
@@ -86,6 +86,18 @@ def _launch(a, b, stride_bn, stride_bk, bias, pre, out, backward: bool):
                           stride_bn, stride_bk, HAS_BIAS=bias is not None, BACKWARD=backward,
                           PRECISION="ieee" if a.dtype == torch.float32 else "tf32", num_warps=warps,
                           num_stages=stages, **t)
+
+
+def warmups(C: int, bias: bool, dtype, device) -> list:
+    """Zero-argument calls launching this MLP's two kernels (forward, backward) at width C in
+    `dtype` on 16 tokens of zeros, as kernels/triton_norm.py's warmups do for the norm."""
+    def rows(n, m):
+        return torch.zeros(n, m, dtype=dtype, device=device)
+
+    b_fc = torch.zeros(4 * C, device=device) if bias else None
+    wf, wp = rows(4 * C, C), rows(C, 4 * C)
+    return [lambda: _launch(rows(16, C), wf, wf.stride(0), 1, b_fc, rows(16, 4 * C), rows(16, 4 * C), False),
+            lambda: _launch(rows(16, C), wp, 1, wp.stride(0), None, rows(16, 4 * C), rows(16, 4 * C), True)]
 
 
 def _compute_dtype(x) -> torch.dtype:

@@ -27,7 +27,7 @@ ROWS = 4  # forward: rows per program, a ROWS x next_pow2(C) tile
 BWD_ROWS, BWD_TILES, BWD_WARPS = 2, 4, 2
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])  # a launch at any row count finds the same kernel
 def _add_norm_fwd(X, BR, H, Y, W, B, MEAN, RSTD, SEED, drop_thr, drop_scale, n_rows, C, eps,
                   HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr,
                   ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
@@ -54,7 +54,7 @@ def _add_norm_fwd(X, BR, H, Y, W, B, MEAN, RSTD, SEED, drop_thr, drop_scale, n_r
     tl.store(RSTD + rows, rstd, mask=rmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_rows"])
 def _add_norm_bwd(DY, DH_IN, H, W, MEAN, RSTD, DX, DBR, DW_PART, DB_PART, SEED, drop_thr, drop_scale,
                   n_rows, C, rows_per_prog,
                   HAS_DH: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr,
@@ -110,50 +110,101 @@ def _rows_per_program(n_rows: int, device) -> int:
     return BWD_ROWS * triton.cdiv(triton.cdiv(n_rows, 4), BWD_ROWS)
 
 
+def _forward(xr, br, weight, bias, seed, p_drop, eps, out_dtype, stream_dtype):
+    """One forward launch on (n, C) rows: xr the residual (None: the stream starts at the branch).
+    Returns h, y, mean, rstd."""
+    n, C = br.shape
+    h = torch.empty((n, C), dtype=stream_dtype, device=br.device)
+    y = torch.empty((n, C), dtype=out_dtype, device=br.device)
+    mean = torch.empty(n, dtype=torch.float32, device=br.device)
+    rstd = torch.empty_like(mean)
+    dropout = seed is not None and p_drop > 0
+    _add_norm_fwd[(triton.cdiv(n, ROWS),)](
+        xr if xr is not None else br, br, h, y, weight, bias if bias is not None else weight, mean, rstd,
+        seed if dropout else mean, threshold(p_drop), 1.0 / (1.0 - p_drop), n, C, eps, HAS_RES=xr is not None,
+        HAS_BIAS=bias is not None, DROPOUT=dropout, ROWS=ROWS, BLOCK_C=triton.next_power_of_2(C))
+    return h, y, mean, rstd
+
+
+def _backward(dy, dh_in, h, weight, bias, mean, rstd, seed, p_drop, x_dtype, br_dtype):
+    """One backward launch: dy the normed output's gradient, dh_in the stream's (None: unused
+    downstream), x_dtype the residual's dtype (None: there was none). Returns dx, dbr, dw, db."""
+    n, C = h.shape
+    dx = torch.empty((n, C), dtype=x_dtype, device=h.device) if x_dtype is not None else None
+    dbr = torch.empty((n, C), dtype=br_dtype, device=h.device)
+    rows_per_prog = _rows_per_program(n, h.device)
+    progs = triton.cdiv(n, rows_per_prog)
+    dw_part = torch.empty((progs, C), dtype=torch.float32, device=h.device)
+    db_part = torch.empty((progs, C), dtype=torch.float32, device=h.device) if bias is not None else dw_part
+    dropout = seed is not None and p_drop > 0
+    _add_norm_bwd[(progs,)](
+        dy, dh_in if dh_in is not None else dy, h, weight, mean, rstd, dx if dx is not None else dbr, dbr,
+        dw_part, db_part, seed if dropout else mean, threshold(p_drop), 1.0 / (1.0 - p_drop), n, C, rows_per_prog,
+        HAS_DH=dh_in is not None, HAS_RES=dx is not None, HAS_BIAS=bias is not None, DROPOUT=dropout,
+        ROWS=BWD_ROWS, BLOCK_C=triton.next_power_of_2(C), num_warps=BWD_WARPS)
+    dw = dw_part.sum(0).to(weight.dtype)
+    db = db_part.sum(0).to(bias.dtype) if bias is not None else None
+    return dx, dbr, dw, db
+
+
 class AddNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, branch, weight, bias, seed, p_drop, eps, out_dtype):
         C = branch.shape[-1]
         br = branch.contiguous().view(-1, C)
-        n = br.shape[0]
-        xr = x.contiguous().view(-1, C) if x is not None else br
-        h = torch.empty((n, C), dtype=_stream_dtype(x, branch), device=br.device)
-        y = torch.empty((n, C), dtype=out_dtype, device=br.device)
-        mean = torch.empty(n, dtype=torch.float32, device=br.device)
-        rstd = torch.empty_like(mean)
-        dropout = seed is not None and p_drop > 0
-        thr, scale = threshold(p_drop), 1.0 / (1.0 - p_drop)
-        _add_norm_fwd[(triton.cdiv(n, ROWS),)](
-            xr, br, h, y, weight, bias if bias is not None else weight, mean, rstd, seed if dropout else mean,
-            thr, scale, n, C, eps, HAS_RES=x is not None, HAS_BIAS=bias is not None, DROPOUT=dropout,
-            ROWS=ROWS, BLOCK_C=triton.next_power_of_2(C))
-        ctx.save_for_backward(h, weight, bias, mean, rstd, seed if dropout else None)
-        ctx.meta = (x is not None, x.dtype if x is not None else None, branch.dtype, thr, scale, dropout)
+        xr = x.contiguous().view(-1, C) if x is not None else None
+        h, y, mean, rstd = _forward(xr, br, weight, bias, seed, p_drop, eps, out_dtype, _stream_dtype(x, branch))
+        ctx.save_for_backward(h, weight, bias, mean, rstd, seed)
+        ctx.meta = (x.dtype if x is not None else None, branch.dtype, p_drop)
         ctx.shape = branch.shape
         return h.view(branch.shape), y.view(branch.shape)
 
     @staticmethod
     def backward(ctx, dh_out, dy):
         h, weight, bias, mean, rstd, seed = ctx.saved_tensors
-        has_res, x_dtype, br_dtype, thr, scale, dropout = ctx.meta
+        x_dtype, br_dtype, p_drop = ctx.meta
         n, C = h.shape
-        dy = dy.contiguous().view(n, C)
         dh_in = dh_out.contiguous().view(n, C) if dh_out is not None else None
-        dx = torch.empty((n, C), dtype=x_dtype, device=h.device) if has_res else None
-        dbr = torch.empty((n, C), dtype=br_dtype, device=h.device)
-        rows_per_prog = _rows_per_program(n, h.device)
-        progs = triton.cdiv(n, rows_per_prog)
-        dw_part = torch.empty((progs, C), dtype=torch.float32, device=h.device)
-        db_part = torch.empty((progs, C), dtype=torch.float32, device=h.device) if bias is not None else dw_part
-        _add_norm_bwd[(progs,)](
-            dy, dh_in if dh_in is not None else dy, h, weight, mean, rstd, dx if dx is not None else dbr, dbr,
-            dw_part, db_part, seed if seed is not None else mean, thr, scale, n, C, rows_per_prog,
-            HAS_DH=dh_in is not None, HAS_RES=has_res, HAS_BIAS=bias is not None, DROPOUT=dropout,
-            ROWS=BWD_ROWS, BLOCK_C=triton.next_power_of_2(C), num_warps=BWD_WARPS)
-        dw = dw_part.sum(0).to(weight.dtype)
-        db = db_part.sum(0).to(bias.dtype) if bias is not None else None
+        dx, dbr, dw, db = _backward(dy.contiguous().view(n, C), dh_in, h, weight, bias, mean, rstd, seed, p_drop,
+                                    x_dtype, br_dtype)
         dx = dx.view(ctx.shape) if dx is not None else None
         return dx, dbr.view(ctx.shape), dw, db, None, None, None, None
+
+
+def warmups(C: int, bias: bool, p_drop: float, start_dtype, branch_dtype, out_dtype, device,
+            backward: bool) -> list:
+    """Zero-argument calls, each launching one of the kernels a pre-LN stack of add_norm calls
+    runs at width C, on 16 rows of zeros: the first call's forward (no residual, the branch in
+    start_dtype: the embedding's), a later one's (the residual stream in fp32, the branch in
+    branch_dtype), and with `backward` their backward with the stream's gradient and the last
+    call's without it. A launch compiles its kernel (or loads it from Triton's cache) once per
+    form, so calls made before a job's first step take that off its start-up (run at once in
+    threads, they overlap: transformerop/cuda_early.py). Nothing random is drawn."""
+    n = 16
+    w = torch.ones(C, device=device)
+    b = torch.zeros(C, device=device) if bias else None
+    seed = torch.zeros(2, dtype=torch.int64, device=device)[:1] if p_drop > 0 else None
+    stream = torch.promote_types(torch.float32, branch_dtype)
+
+    def rows(dtype):
+        return torch.zeros(n, C, dtype=dtype, device=device)
+
+    def stream_of(start):  # the residual stream's dtype, as _stream_dtype gives it
+        return torch.promote_types(torch.float32, start_dtype) if start else stream
+
+    def forward(start):
+        _forward(None if start else rows(stream), rows(start_dtype if start else branch_dtype), w, b, seed, p_drop,
+                 1e-5, out_dtype, stream_of(start))
+
+    def backward_of(start, has_dh):  # on made-up saved tensors: its forward's kernel is the other calls' work
+        h, stats = rows(stream_of(start)), torch.zeros(n, device=device)
+        _backward(rows(out_dtype), rows(h.dtype) if has_dh else None, h, w, b, stats, stats, seed, p_drop,
+                  None if start else stream, start_dtype if start else branch_dtype)
+
+    calls = [lambda: forward(True), lambda: forward(False)]
+    if backward:
+        calls += [lambda: backward_of(True, True), lambda: backward_of(False, True), lambda: backward_of(False, False)]
+    return calls
 
 
 def _stream_dtype(x, branch) -> torch.dtype:

@@ -11,13 +11,21 @@ made on first use, a tenth of a second or more each on the H200 (cuDNN's for SDP
 releases the GIL inside its ops, so Hydra's Python goes on meanwhile; the handles go back to
 torch's pool when the thread ends, for the job's thread to take. settle() waits for it before
 the job's own CUDA work, as no other thread may touch the GPU while a CUDA graph is captured, and
-logs what went wrong in it (the job itself then meets the same error, with this one as context)."""
+logs what went wrong in it (the job itself then meets the same error, with this one as context).
+
+Once the job's config is composed, warm_kernels() launches the Triton kernels its model will
+launch (the model's kernel_warmups: one tiny call per kernel form) from threads of their own, all
+at once: a cold Triton cache compiles each form on its first launch, 0.2-0.8 s apiece after
+Triton's own start of 1.6-2.2 s on the H200 host, which one after another in the first step's
+capture took 5.4 s of a cold start-up; threads overlap them (7 forms: 2.2 s), and the overlap
+starts while the warm-up above still runs. settle() waits for these too."""
 import atexit
 import ctypes
 import logging
 import os
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 JOIN_S = 10.0  # at exit: a driver call cut off by the interpreter's teardown could crash it
 # Hydra's flags for a launch that runs no job here: a multirun's parent (its jobs may each be a
@@ -78,10 +86,31 @@ def _warm(early: threading.Thread, gpu: int) -> None:
         warm_error = e
 
 
+def _launch_all(early: threading.Thread, gpu: int, make_calls) -> None:
+    early.join()
+    try:
+        import torch
+        if gpu >= torch.cuda.device_count():
+            return
+
+        def launch(call):
+            with torch.cuda.device(gpu):
+                call()
+        calls = make_calls(torch.device("cuda", gpu))
+        if calls:
+            with ThreadPoolExecutor(len(calls), thread_name_prefix="cuda-kernel") as pool:
+                list(pool.map(launch, calls))  # re-raises the first call's error, if any
+            torch.cuda.synchronize(gpu)
+    except Exception as e:  # noqa: BLE001 -- kept for settle() to log once logging is set up
+        global warm_error
+        warm_error = e
+
+
 _early: threading.Thread | None = None
 _gpu: int | None = None
 _warming: threading.Thread | None = None
-warm_error: Exception | None = None  # what went wrong in the warm-up thread, if anything
+_kernels: threading.Thread | None = None
+warm_error: Exception | None = None  # what went wrong in a warm-up thread, if anything
 
 
 def warm() -> threading.Thread | None:
@@ -97,11 +126,28 @@ def warm() -> threading.Thread | None:
     return _warming
 
 
+def warm_kernels(make_calls) -> threading.Thread | None:
+    """Once the job's config is known: make_calls(device) -> zero-argument calls, each launching one
+    kernel form (a model's kernel_warmups), run at once from threads on the GPU start() chose
+    (nothing where start() started nothing). Their random-free launches end before settle()
+    returns, so before the job seeds its generators and captures."""
+    global _kernels
+    if _early is None:
+        return None
+    _kernels = threading.Thread(target=_launch_all, args=(_early, _gpu, make_calls), name="cuda-kernels",
+                                daemon=True)
+    _kernels.start()
+    atexit.register(_kernels.join, JOIN_S)
+    return _kernels
+
+
 def settle() -> None:
-    """Wait for warm()'s thread (if any) before the job's own CUDA work, and log its error, once."""
-    global warm_error
-    if _warming is not None:
-        _warming.join()
+    """Wait for the warm-up threads (if any) before the job's own CUDA work, and log an error, once."""
+    global warm_error, _kernels
+    for thread in (_warming, _kernels):
+        if thread is not None:
+            thread.join()
+    _kernels = None  # a later job of this process warms its own kernels
     if warm_error is not None:
         logging.getLogger(__name__).warning(f"the GPU warm-up failed: {type(warm_error).__name__}: {warm_error}")
         warm_error = None

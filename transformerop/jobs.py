@@ -6,6 +6,7 @@ says so in one line (exit 3). In a multirun each job is checked on its own and r
 `failed` (with a W&B run finished as failed) or `skipped`, and the sweep goes on; run.py exits
 non-zero at the end if any job failed. With sweep.isolate=true every job runs in a fresh process
 of its own (isolate.py), so what it measures from launch is what a user would see."""
+import functools
 import gc
 import logging
 import os
@@ -167,6 +168,8 @@ def run_job(cfg) -> dict | None:
     clock.mark("checks")
 
     status, error, device, known = "ok", None, None, False
+    from .model import kernel_warmups
+    cuda_early.warm_kernels(functools.partial(kernel_warmups, cfg))  # compiles beside the warm-up's end
     cuda_early.settle()  # no other thread may touch the GPU while the job captures a CUDA graph
     clock.mark("warm")  # what the job waited for the warm-up (run.py) beyond Hydra's compose
     try:

@@ -32,9 +32,15 @@ def build_model(cfg, vocab_size: int, device=None):
         return MODELS[cfg.model.name](cfg.model, cfg.attention, vocab_size)
 
 
+def kernel_warmups(cfg, device) -> list:
+    """The configured model's kernel warm-up calls (its class's kernel_warmups), none if it has none."""
+    warm = getattr(MODELS[cfg.model.name], "kernel_warmups", None)
+    return warm(cfg, device) if warm is not None else []
+
+
 def count_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["GPT", "Bigram", "MODELS", "build_model", "validate_model_config", "count_params",
+__all__ = ["GPT", "Bigram", "MODELS", "build_model", "validate_model_config", "count_params", "kernel_warmups",
            "BACKENDS", "REFERENCE", "BackendUnavailable", "get_backend"]

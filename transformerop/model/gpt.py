@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..runtime import interpreting
+from ..runtime import interpreting, torch_dtype
 from .attention import BackendUnavailable, get_backend
 
 
@@ -86,6 +86,25 @@ class GPT(nn.Module):
                 raise BackendUnavailable(f"{fused[0]} in bf16 needs a GPU: the Triton interpreter has "
                                          "no bf16; use train.dtype=float32 there")
 
+    @staticmethod
+    def kernel_warmups(cfg, device) -> list:
+        """Zero-argument calls launching, on tiny inputs, each Triton kernel a train step and an
+        evaluation of this model launch (model.fused_norm, model.fused_mlp). A cold Triton cache
+        compiles each form on its first launch; made before the job's first step, in threads
+        (transformerop/cuda_early.py), those compiles overlap each other and the job's start-up."""
+        m = cfg.model
+        compute = torch_dtype(cfg.train.dtype)  # what the matmuls hand the norms: autocast's dtype, or fp32
+        calls = []
+        if m.fused_norm:
+            from kernels.triton_norm import warmups
+            for p in dict.fromkeys((m.dropout, 0.0)):  # training's dropout (forward and backward), evaluation's none
+                # the stream starts at the embedding's sum, fp32 like the embedding weights under autocast
+                calls += warmups(m.n_embd, m.bias, p, torch.float32, compute, compute, device, backward=p == m.dropout)
+        if m.fused_mlp:
+            from kernels.triton_mlp import warmups
+            calls += warmups(m.n_embd, m.bias, compute, device)
+        return calls
+
     def forward(self, idx, targets=None, caches=None, pos=None):
         """idx (B, T) token ids. With caches (one per layer), idx holds only the new tokens and
         `pos` (0-d long tensor on the device) is the position of idx[:, 0]."""
@@ -113,8 +132,10 @@ class GPT(nn.Module):
         from kernels.triton_norm import add_norm
         p = self.cfg.dropout if self.training else 0.0
         norms = [n for b in self.blocks for n in (b.ln_1, b.ln_2)] + [self.ln_f]
-        # one draw per forward for every kernel's dropout seed: views, not launches, per kernel
-        seeds = torch.randint(0, 2 ** 62, (len(norms), 1), device=emb.device) if p > 0 else [None] * len(norms)
+        # one draw per forward for every kernel's dropout seed: views, not launches, per kernel; rows
+        # of two so that every seed is 16-byte aligned, as Triton specializes a pointer on that (one
+        # kernel per form, not one for the even seeds and one for the odd)
+        seeds = torch.randint(0, 2 ** 62, (len(norms), 2), device=emb.device)[:, :1] if p > 0 else [None] * len(norms)
         # the normed output in the dtype the next matmul reads: autocast's, else the weights' own
         # (bf16 weights for decoding); the residual stream stays fp32 either way
         dev = emb.device.type
