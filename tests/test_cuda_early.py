@@ -93,6 +93,40 @@ def test_the_warm_up_runs_only_after_an_early_start_and_says_when_it_failed(monk
     assert caplog.text.count("the GPU warm-up failed: ZeroDivisionError") == 1
 
 
+def test_kernel_warm_ups_run_at_once_before_settle_returns_and_say_when_one_failed(monkeypatch, caplog):
+    """warm_kernels: nothing without an early start; else every call runs, each in a thread of its
+    own at once (the pool), all done when settle() returns; a failing call is logged by settle()."""
+    import contextlib
+
+    import torch
+    for name in ("_early", "_gpu", "_warming", "_kernels", "warm_error"):
+        monkeypatch.setattr(cuda_early, name, None)
+    monkeypatch.setattr(cuda_early.atexit, "register", lambda *a: None)
+    asked = []
+    assert cuda_early.warm_kernels(asked.append) is None and asked == []  # start() started nothing
+    assert cuda_early.start(["run.py"], {}) is not None
+    # a CPU machine has no GPU: stand in for one so the calls run (their launches are the GPU tests')
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "device", lambda gpu: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda gpu=None: None)
+    arrived, threads = threading.Barrier(3, timeout=30), set()
+
+    def call():  # the three pass the barrier only if all three run at the same time
+        threads.add(threading.get_ident())
+        arrived.wait()
+
+    cuda_early.warm_kernels(lambda device: [call, call, call])
+    cuda_early.settle()
+    assert len(threads) == 3 and "warm-up failed" not in caplog.text
+
+    def broken():
+        raise RuntimeError("no such kernel")
+    cuda_early.warm_kernels(lambda device: [broken])
+    cuda_early.settle()
+    cuda_early.settle()
+    assert caplog.text.count("the GPU warm-up failed: RuntimeError: no such kernel") == 1
+
+
 WARM = """
 import torch
 from transformerop import cuda_early
