@@ -15,10 +15,10 @@ logs what went wrong in it (the job itself then meets the same error, with this 
 
 Once the job's config is composed, warm_kernels() launches the Triton kernels its model will
 launch (the model's kernel_warmups: one tiny call per kernel form) from threads of their own, all
-at once: a cold Triton cache compiles each form on its first launch, 0.2-0.8 s apiece after
-Triton's own start of 1.6-2.2 s on the H200 host, which one after another in the first step's
-capture took 5.4 s of a cold start-up; threads overlap them (7 forms: 2.2 s), and the overlap
-starts while the warm-up above still runs. settle() waits for these too."""
+at once: a cold Triton cache compiles each form on its first launch, which one after another in
+the first step's capture took 3.0-4.3 s of the speedrun's start-up on the H200 host, and from
+threads, started while the warm-up above still runs, 1.6-1.8 s
+(experiments/results/h200-2026-12-02j). settle() waits for these too."""
 import atexit
 import ctypes
 import logging
