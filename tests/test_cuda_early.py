@@ -3,7 +3,6 @@ cuda_early.py): only for runs that may use the GPU here, harmless where there is
 value does not parse, and on a GPU the primary context exists before torch is imported. Then it
 warms torch's CUDA state, cuBLAS and cuDNN while Hydra composes: nothing where nothing started,
 done before the job's own CUDA work, which (a CUDA graph capture included) then runs as usual."""
-import os
 import subprocess
 import sys
 import threading
@@ -126,26 +125,6 @@ def test_kernel_warm_ups_run_at_once_before_settle_returns_and_say_when_one_fail
     cuda_early.settle()
     cuda_early.settle()
     assert caplog.text.count("the GPU warm-up failed: RuntimeError: no such kernel") == 1
-
-
-def test_triton_starts_early_only_where_its_cache_is_empty(tmp_path, monkeypatch):
-    """An empty Triton cache: start() also starts Triton's once-per-cache work (its key, its driver
-    module), which leaves the key remembered there; a cache with the key: no such thread."""
-    env = {"TRITON_CACHE_DIR": str(tmp_path)}
-    assert cuda_early.triton_cache_empty(env)
-    done = subprocess.run([sys.executable, "-c", "from transformerop import cuda_early; cuda_early._triton_start()"],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, **env})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert not cuda_early.triton_cache_empty(env)  # the key file is there now
-    for name in ("_early", "_gpu", "_triton"):  # restored after the test: start() sets them
-        monkeypatch.setattr(cuda_early, name, getattr(cuda_early, name))
-    monkeypatch.setattr(cuda_early.atexit, "register", lambda *a: None)
-    for cache, started in ((tmp_path, False), (tmp_path / "empty", True)):
-        monkeypatch.setattr(cuda_early, "_triton", None)
-        cuda_early.start(["run.py"], {"TRITON_CACHE_DIR": str(cache)}).join(30)
-        assert (cuda_early._triton is not None) is started
-        if started:
-            cuda_early._triton.join(120)
 
 
 WARM = """

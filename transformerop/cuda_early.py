@@ -18,16 +18,9 @@ launch (the model's kernel_warmups: one tiny call per kernel form) from threads 
 at once: a cold Triton cache compiles each form on its first launch, which one after another in
 the first step's capture took 3.0-4.3 s of the speedrun's start-up on the H200 host, and from
 threads, started while the warm-up above still runs, 1.6-1.8 s
-(experiments/results/h200-2026-12-02j). settle() waits for these too.
-
-Before any of that compiles, Triton starts itself once per cache: it builds its C driver module
-and hashes its own library into its cache key (kernels/triton_key.py keeps the key), 0.7-0.9 s of
-a process on the H200 host when the cache is empty, 0.02 s once it is filled. So when start()
-finds no remembered key in the Triton cache, a third thread does both while run.py imports."""
+(experiments/results/h200-2026-12-02j). settle() waits for these too."""
 import atexit
 import ctypes
-import glob
-import importlib.util
 import logging
 import os
 import sys
@@ -93,33 +86,8 @@ def _warm(early: threading.Thread, gpu: int) -> None:
         warm_error = e
 
 
-def triton_cache_empty(environ) -> bool:
-    """No cache key remembered (kernels/triton_key.py) in the Triton cache this process will use:
-    its first run on the machine, or with a new TRITON_CACHE_DIR. Read without importing triton."""
-    root = environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
-    return not glob.glob(os.path.join(root, "transformerop_triton_key_*.json"))
-
-
-def _triton_start() -> None:
-    """Triton's once-per-cache start, ahead of the first kernel: its cache key, then its CUDA
-    driver module (CudaUtils, compiled into the cache; the driver made at the first launch loads
-    it). Only the module, not Triton's driver object: made before torch is imported, that would
-    launch on the default stream instead of torch's current one."""
-    try:
-        if importlib.util.find_spec("triton") is None:
-            return
-        from kernels import triton_key
-        triton_key.remembered_key()
-        from triton.backends.nvidia.driver import CudaUtils
-        CudaUtils()
-    except Exception:  # noqa: BLE001 -- a head start only: the first launch does the same and reports its errors
-        pass
-
-
 def _launch_all(early: threading.Thread, gpu: int, make_calls) -> None:
     early.join()
-    if _triton is not None:
-        _triton.join()
     try:
         import torch
         if gpu >= torch.cuda.device_count():
@@ -142,7 +110,6 @@ _early: threading.Thread | None = None
 _gpu: int | None = None
 _warming: threading.Thread | None = None
 _kernels: threading.Thread | None = None
-_triton: threading.Thread | None = None
 warm_error: Exception | None = None  # what went wrong in a warm-up thread, if anything
 
 
@@ -188,19 +155,14 @@ def settle() -> None:
 
 def start(argv: list | None = None, environ=None) -> threading.Thread | None:
     """Start the driver and the primary context of this process's GPU (ordinal) in a daemon
-    thread, unless the run stays off the GPU, and Triton's start in another where its cache is
-    empty; returns the first thread."""
+    thread, unless the run stays off the GPU; returns the thread."""
     argv, environ = sys.argv if argv is None else argv, os.environ if environ is None else environ
     gpu = ordinal(argv, environ)
     if not wanted(argv, environ) or gpu is None:
         return None
-    global _early, _gpu, _triton
+    global _early, _gpu
     thread = threading.Thread(target=_init, args=(gpu,), name="cuda-early", daemon=True)
     thread.start()
     atexit.register(thread.join, JOIN_S)
     _early, _gpu = thread, gpu
-    if triton_cache_empty(environ):
-        _triton = threading.Thread(target=_triton_start, name="triton-start", daemon=True)
-        _triton.start()
-        atexit.register(_triton.join, JOIN_S)
     return thread
