@@ -186,20 +186,19 @@ def warmups(C: int, bias: bool, p_drop: float, start_dtype, branch_dtype, out_dt
     seed = torch.zeros(2, dtype=torch.int64, device=device)[:1] if p_drop > 0 else None
     stream = torch.promote_types(torch.float32, branch_dtype)
 
-    def rows(dtype):
-        return torch.zeros(n, C, dtype=dtype, device=device)
-
-    def stream_of(start):  # the residual stream's dtype, as _stream_dtype gives it
-        return torch.promote_types(torch.float32, start_dtype) if start else stream
+    def inputs(start):  # (residual, branch) of the first call (none, the embedding's) or a later one
+        rows = torch.zeros(n, C, dtype=start_dtype if start else branch_dtype, device=device)
+        return (None if start else torch.zeros(n, C, dtype=stream, device=device)), rows
 
     def forward(start):
-        _forward(None if start else rows(stream), rows(start_dtype if start else branch_dtype), w, b, seed, p_drop,
-                 1e-5, out_dtype, stream_of(start))
+        xr, br = inputs(start)
+        _forward(xr, br, w, b, seed, p_drop, 1e-5, out_dtype, _stream_dtype(xr, br))
 
     def backward_of(start, has_dh):  # on made-up saved tensors: its forward's kernel is the other calls' work
-        h, stats = rows(stream_of(start)), torch.zeros(n, device=device)
-        _backward(rows(out_dtype), rows(h.dtype) if has_dh else None, h, w, b, stats, stats, seed, p_drop,
-                  None if start else stream, start_dtype if start else branch_dtype)
+        xr, br = inputs(start)
+        h, stats = torch.zeros(n, C, dtype=_stream_dtype(xr, br), device=device), torch.zeros(n, device=device)
+        _backward(torch.zeros(n, C, dtype=out_dtype, device=device), torch.zeros_like(h) if has_dh else None, h,
+                  w, b, stats, stats, seed, p_drop, None if start else stream, br.dtype)
 
     calls = [lambda: forward(True), lambda: forward(False)]
     if backward:

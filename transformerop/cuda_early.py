@@ -21,6 +21,7 @@ threads, started while the warm-up above still runs, 1.6-1.8 s
 (experiments/results/h200-2026-12-02j). settle() waits for these too."""
 import atexit
 import ctypes
+import functools
 import logging
 import os
 import sys
@@ -68,42 +69,42 @@ def _init(gpu: int) -> None:
         cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)  # kept: torch uses the same context
 
 
-def _warm(early: threading.Thread, gpu: int) -> None:
+def _on_gpu(early: threading.Thread, gpu: int, work) -> None:
+    """A warm-up thread's body: once start()'s driver calls are done, work(gpu) on a GPU torch
+    sees (else nothing: the job's own checks say what is wrong); its error is kept for settle()
+    to log once logging is set up."""
     early.join()
     try:
         import torch
-        import torch.nn.functional as F
-        if gpu >= torch.cuda.device_count():
-            return  # the job's own checks say what is wrong
-        with torch.cuda.device(gpu):  # this thread's current GPU: no context on any other (torchrun ranks)
-            dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-            x = torch.ones(1, 1, 64, 64, device=f"cuda:{gpu}", dtype=dtype, requires_grad=True)
-            (x[0, 0] @ x[0, 0]).sum().backward()  # cuBLAS, forward and backward
-            F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()  # cuDNN (or flash) attention
-            torch.cuda.synchronize()
-    except Exception as e:  # noqa: BLE001 -- kept for settle() to log once logging is set up
+        if gpu < torch.cuda.device_count():
+            work(gpu)
+    except Exception as e:  # noqa: BLE001
         global warm_error
         warm_error = e
 
 
-def _launch_all(early: threading.Thread, gpu: int, make_calls) -> None:
-    early.join()
-    try:
-        import torch
-        if gpu >= torch.cuda.device_count():
-            return
+def _warm(gpu: int) -> None:
+    import torch
+    import torch.nn.functional as F
+    with torch.cuda.device(gpu):  # this thread's current GPU: no context on any other (torchrun ranks)
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        x = torch.ones(1, 1, 64, 64, device=f"cuda:{gpu}", dtype=dtype, requires_grad=True)
+        (x[0, 0] @ x[0, 0]).sum().backward()  # cuBLAS, forward and backward
+        F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()  # cuDNN (or flash) attention
+        torch.cuda.synchronize()
 
-        def launch(call):
-            with torch.cuda.device(gpu):
-                call()
-        calls = make_calls(torch.device("cuda", gpu))
-        if calls:
-            with ThreadPoolExecutor(len(calls), thread_name_prefix="cuda-kernel") as pool:
-                list(pool.map(launch, calls))  # re-raises the first call's error, if any
-            torch.cuda.synchronize(gpu)
-    except Exception as e:  # noqa: BLE001 -- kept for settle() to log once logging is set up
-        global warm_error
-        warm_error = e
+
+def _launch_all(make_calls, gpu: int) -> None:
+    import torch
+
+    def launch(call):
+        with torch.cuda.device(gpu):
+            call()
+    calls = make_calls(torch.device("cuda", gpu))
+    if calls:
+        with ThreadPoolExecutor(len(calls), thread_name_prefix="cuda-kernel") as pool:
+            list(pool.map(launch, calls))  # re-raises the first call's error, if any
+        torch.cuda.synchronize(gpu)
 
 
 _early: threading.Thread | None = None
@@ -119,7 +120,7 @@ def warm() -> threading.Thread | None:
     global _warming
     if _early is None or _warming is not None:
         return _warming
-    _warming = threading.Thread(target=_warm, args=(_early, _gpu), name="cuda-warm", daemon=True)
+    _warming = threading.Thread(target=_on_gpu, args=(_early, _gpu, _warm), name="cuda-warm", daemon=True)
     _warming.start()
     # registered after torch's and Hydra's own exit handlers, so it runs before them
     atexit.register(_warming.join, JOIN_S)
@@ -134,8 +135,8 @@ def warm_kernels(make_calls) -> threading.Thread | None:
     global _kernels
     if _early is None:
         return None
-    _kernels = threading.Thread(target=_launch_all, args=(_early, _gpu, make_calls), name="cuda-kernels",
-                                daemon=True)
+    _kernels = threading.Thread(target=_on_gpu, args=(_early, _gpu, functools.partial(_launch_all, make_calls)),
+                                name="cuda-kernels", daemon=True)
     _kernels.start()
     atexit.register(_kernels.join, JOIN_S)
     return _kernels
