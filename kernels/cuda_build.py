@@ -32,6 +32,7 @@ from .build_lock import StaleBuildLock, claim, lock_is_busy, wait_for_lock  # no
 
 KERNEL_DIR = Path(__file__).resolve().parent
 HEADERS = ("launchers.h", "cuda_common.cuh")  # inlined into the sources, in this order
+SOURCES = ("attention.cu", "softmax.cu")  # the attention backends' kernels (other .cu files: their own extensions)
 
 BINDING = r"""
 #include <torch/extension.h>
@@ -112,7 +113,7 @@ def sources() -> tuple[str, list[str]]:
     """(C++ binding source, CUDA sources) exactly as handed to load_inline."""
     def header(h):  # `#pragma once` only warns in a main file; each header is inlined once anyway
         return (KERNEL_DIR / h).read_text().replace("#pragma once", "")
-    cu = ["\n".join(header(h) for h in HEADERS)] + [_inline(p.read_text()) for p in sorted(KERNEL_DIR.glob("*.cu"))]
+    cu = ["\n".join(header(h) for h in HEADERS)] + [_inline((KERNEL_DIR / name).read_text()) for name in SOURCES]
     cpp = header("launchers.h") + "\n" + BINDING
     return cpp, cu
 

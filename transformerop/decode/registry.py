@@ -9,6 +9,7 @@ PATHS = {
     "compiled": "transformerop.decode.compiled:Compiled",
     "fused": "transformerop.decode.fused:Fused",
     "persistent": "transformerop.decode.persistent:Persistent",
+    "megakernel": "transformerop.decode.megakernel:Megakernel",
 }
 REFERENCE = "recompute"  # the path every other is checked against (decode/parity.py), and the default
 

@@ -1,0 +1,207 @@
+"""decode=megakernel's schedule, from the shape: which CTA does which tile of each phase, and the
+weight stream each CTA's producer warp copies into shared memory (kernels/megakernel.cu).
+
+Every phase spreads its work over the grid, one tile a CTA where there are enough:
+  qkv    tq tiles a head (a head's q, k and v rows: its attention waits on that head alone)
+  att    (row, head, split) items: a split of the cache's slots each, as many splits as leave
+         no CTA idle (flash-decoding); proj combines the splits' partial softmaxes
+  proj   rows of W_o, every batch row at once
+  fc     hidden units: rows of W_fc and the same rows of W_proj2's transpose
+  head   rows of wte (the tied LM head)
+Tiles are the same for every layer, so the stream of one CTA is, layer after layer, its tiles'
+weight rows in the order the kernel uses them, then its head rows. A tile's rows are cut into
+blocks of at most 256 rows. The products read a block chunk-major (8 elements of row r, then the
+same 8 of row r + 1: neighbouring threads read neighbouring 16 bytes); W_proj2's rows, summed
+into by a thread per 8 columns, stay row-major.
+
+Where every CTA's stream fits the ring that shared memory leaves, it is loaded once a launch
+and stays (resident); else the ring is cut into slots of `stage` bytes, the stream into packets
+of that size -- no block straddles two -- and the producer copies packet after packet into the
+next free slot, step after step."""
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+THREADS = 256  # the consumer threads of a CTA (kernels/megakernel.cu: kConsumers)
+MAX_ROWS = 256  # rows of a block: one thread each at most
+MAX_BATCH = 8
+STAGE = 32 << 10  # a streaming slot's bytes, where shared memory leaves room for four
+MAX_SLOTS = 16
+CTA_RECORD = 16  # ints per CTA (kernels/megakernel.h: kCtaRecord)
+QKV, ATT, PROJ, FC, HEAD = 4, 6, 8, 10, 12  # the record's (first, count) fields for each kind of tile
+
+
+def pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+@dataclass
+class Plan:
+    C: int
+    H: int
+    L: int
+    V: int
+    W: int
+    B: int
+    grid: int
+    elem: int
+    nb: int = 0  # the batch rows the kernel computes: B rounded up to a power of two
+    tq: int = 0  # qkv tiles a head
+    splits: int = 0
+    split_len: int = 0
+    rf: int = 0  # hidden units of an fc tile (at most)
+    n_att: int = 0
+    n_head_tiles: int = 0
+    scratch: int = 0  # floats
+    resident: bool = False
+    stage: int = 0
+    slots: int = 0
+    smem: int = 0
+    tiles: dict = field(default_factory=dict)  # kind -> [(cta, (a, b, c, d))]
+    cta: list = field(default_factory=list)  # grid x CTA_RECORD ints
+    tile_list: list = field(default_factory=list)  # int4s
+    blocks: list = field(default_factory=list)  # int4s: packet, offset, rows, first row in the tile
+    sources: list = field(default_factory=list)  # per block: (matrix, layer, first row, rows, chunk-major)
+    stream_bytes: list = field(default_factory=list)  # per CTA, packed as laid out
+    packed_bytes: int = 0
+
+
+def shape_error(C: int, H: int, V: int, W: int, B: int) -> str | None:
+    """What this kernel cannot take, as one line, or None."""
+    D = C // H if H else 0
+    if not 1 <= B <= MAX_BATCH:
+        return f"generate.batch_size={B}: decode=megakernel computes 1 to {MAX_BATCH} rows a step"
+    if C % 8 or D % 8:
+        return (f"model.n_embd={C} with {H} heads: decode=megakernel reads 8 elements at once, so n_embd and "
+                f"the head dim ({D}) must be multiples of 8")
+    if C > 8 * THREADS:
+        return f"model.n_embd={C}: decode=megakernel's MLP gives each thread 8 columns, so n_embd <= {8 * THREADS}"
+    if D > THREADS:
+        return f"model.n_embd / n_head = {D}: decode=megakernel takes head dims up to {THREADS}"
+    if V > 8192 or W > 8192:
+        return f"vocabulary {V} / block_size {W}: decode=megakernel holds a row of either in shared memory (<= 8192)"
+    return None
+
+
+def plan(C: int, H: int, L: int, V: int, W: int, B: int, grid: int, elem: int, smem_limit: int) -> Plan:
+    """The schedule for a (C, H, L, V, W) GPT at batch B on `grid` CTAs with weights of `elem`
+    bytes and `smem_limit` bytes of shared memory a CTA. ValueError (one line) if it cannot fit."""
+    error = shape_error(C, H, V, W, B)
+    if error:
+        raise ValueError(error)
+    p = Plan(C, H, L, V, W, B, grid, elem)
+    D = C // H
+    p.nb = pow2(B)
+    rq = math.ceil(3 * D / max(1, grid // H))
+    p.tq = math.ceil(3 * D / rq)
+    p.splits = max(1, min(grid // (B * H), math.ceil(W / 32)))
+    p.split_len = math.ceil(W / p.splits)
+    ro, p.rf, rv = math.ceil(C / grid), math.ceil(4 * C / grid), math.ceil(V / grid)
+
+    def spread(items, top=False):  # item i to CTA i mod grid, from the last CTA down with top
+        return [((grid - 1 - i % grid) if top else i % grid, item) for i, item in enumerate(items)]
+
+    p.tiles = {
+        QKV: spread([(h, r, min(rq, 3 * D - r), 0) for h in range(H) for r in range(0, 3 * D, rq)]),
+        ATT: spread([(b, h, s, 0) for b in range(B) for h in range(H) for s in range(p.splits)], top=True),
+        PROJ: spread([(r, min(ro, C - r), 0, 0) for r in range(0, C, ro)]),
+        FC: spread([(j, min(p.rf, 4 * C - j), 0, 0) for j in range(0, 4 * C, p.rf)]),
+        HEAD: spread([(v, min(rv, V - v), 0, 0) for v in range(0, V, rv)], top=True),
+    }
+    p.n_att, p.n_head_tiles = len(p.tiles[ATT]), len(p.tiles[HEAD])
+    p.scratch = 32 * math.ceil(max(THREADS * p.nb, D + 16 + p.split_len + 8 * THREADS, B * H * p.splits, V) / 32)
+    fixed = 4 * (2 * p.nb * C + p.nb * p.rf + p.scratch + 64)
+    ring = (smem_limit - fixed - 16 * MAX_SLOTS - 256) // 128 * 128
+    contiguous = max(sum(rows * C * elem for *_, rows, _ in _walk(p, c)) for c in range(grid))
+    p.resident = contiguous <= ring
+    if p.resident:
+        p.stage, p.slots = max(16, contiguous), 1
+    else:
+        p.stage = STAGE if ring >= 4 * STAGE else ring // 4 // 16 * 16
+        p.slots = min(MAX_SLOTS, ring // max(1, p.stage))
+        if p.stage < C * elem or p.slots < 2:
+            raise ValueError(f"model.n_embd={C} at batch {B}: decode=megakernel's weight ring needs two slots of at "
+                             f"least one weight row ({C * elem} bytes); {ring} bytes of shared memory are left")
+    p.smem = p.slots * p.stage + 16 * p.slots + fixed
+    _lay_out(p)
+    return p
+
+
+def _walk(p: Plan, cta: int):
+    """CTA cta's weight rows in the order its kernel reads them: (matrix, layer, first row, rows,
+    chunk-major) per tile, layer after layer, then the head's."""
+    D = p.C // p.H
+    mine = {kind: [t for c, t in p.tiles[kind] if c == cta] for kind in p.tiles}
+    for layer in range(p.L):
+        for h, r, n, _ in mine[QKV]:
+            yield "W_QKV", layer, h * 3 * D + r, n, True
+        for r, n, *_ in mine[PROJ]:
+            yield "W_O", layer, r, n, True
+        for j, n, *_ in mine[FC]:
+            yield "W_FC", layer, j, n, True
+            yield "W_P2T", layer, j, n, False
+    for v, n, *_ in mine[HEAD]:
+        yield "WTE", None, v, n, True
+
+
+def _lay_out(p: Plan) -> None:
+    """The blocks of every CTA's stream: where each lies (packet, offset), its rows and source;
+    the CTA records and the tile list the kernel reads."""
+    row_bytes = p.C * p.elem
+    source = 0  # where this CTA's stream starts in the packed buffer, bytes
+    for cta in range(p.grid):
+        record = [0] * CTA_RECORD
+        record[0] = len(p.blocks)
+        for kind in (QKV, ATT, PROJ, FC, HEAD):
+            mine = [t for c, t in p.tiles[kind] if c == cta]
+            record[kind], record[kind + 1] = len(p.tile_list), len(mine)
+            p.tile_list += mine
+        cursor = 0
+        for matrix, layer, first, rows, chunked in _walk(p, cta):
+            done = 0
+            while done < rows:
+                room = (p.stage - cursor % p.stage) // row_bytes
+                if room == 0:  # the packet is full: the next block starts the next one
+                    cursor = -(-cursor // p.stage) * p.stage
+                    room = p.stage // row_bytes
+                n = min(rows - done, room, MAX_ROWS)
+                p.blocks.append((cursor // p.stage, cursor % p.stage, n, done))
+                p.sources.append((matrix, layer, first + done, n, chunked))
+                cursor += n * row_bytes
+                done += n
+        packets = -(-cursor // p.stage)
+        record[1], record[2] = packets, source // 16
+        record[3] = cursor - (packets - 1) * p.stage if packets else 0
+        record[14] = len(p.blocks) - record[0]
+        p.cta.append(record)
+        p.stream_bytes.append(cursor)
+        source += packets * p.stage
+    p.packed_bytes = source
+
+
+def pack(p: Plan, weights: dict) -> torch.Tensor:
+    """Every CTA's weight stream as one uint8 tensor on the weights' device: each block's rows of
+    its matrix (weights[name][layer] or weights[name]), chunk-major where the plan says so."""
+    some = weights["WTE"]
+    packed = torch.zeros(max(16, p.packed_bytes), dtype=torch.uint8, device=some.device)
+    for record in p.cta:
+        start = record[2] * 16
+        for i in range(record[0], record[0] + record[14]):
+            packet, offset, rows, _ = p.blocks[i]
+            matrix, layer, first, n, chunked = p.sources[i]
+            m = weights[matrix] if layer is None else weights[matrix][layer]
+            block = m[first:first + n]
+            if chunked:  # (rows, K) -> (K / 8, rows, 8)
+                block = block.reshape(n, p.C // 8, 8).transpose(0, 1)
+            data = block.contiguous().view(torch.uint8).reshape(-1)
+            at = start + packet * p.stage + offset
+            packed[at:at + data.numel()] = data
+    return packed
+
+
+def tensors(p: Plan, device) -> dict:
+    """The schedule as the kernel reads it: int32 tensors on device."""
+    def ints(rows, width):
+        return torch.tensor(rows or [[0] * width], dtype=torch.int32, device=device).reshape(-1)
+    return {"cta": ints(p.cta, CTA_RECORD), "blocks": ints(p.blocks, 4), "tiles": ints(p.tile_list, 4)}
