@@ -8,7 +8,8 @@ namespace mk {
 
 // One CTA's record in Params::cta (kCtaRecord ints): its first block in Params::blocks, its weight
 // stream (packets, where it starts in Params::packed in 16-byte units, the last packet's bytes),
-// then (first, count) into Params::tiles for each kind of work, then its block count.
+// then (first, count) into Params::tiles for each kind of work, then its block count and its
+// ring: resident or streamed, the slot size and count.
 enum CtaField : int {
   kCtaBlocks = 0,
   kCtaPackets = 1,
@@ -20,11 +21,15 @@ enum CtaField : int {
   kCtaFc = 10,   // tiles: {first hidden unit, units, 0, 0}
   kCtaHead = 12,  // tiles: {first vocabulary row, rows, 0, 0}
   kCtaNumBlocks = 14,
-  kCtaRecord = 16,
+  kCtaResident = 15,  // its whole stream stays in the ring, loaded once a launch
+  kCtaStage = 16,     // bytes of a ring slot (resident: the whole stream)
+  kCtaSlots = 17,
+  kCtaRecord = 20,
 };
 // Params::sync: the grid barrier, the head tiles' count, the error code, then a count per
 // (layer, head) of its qkv tiles done, then a count per layer of its attention items done.
 constexpr int kSyncCounters = 3;
+constexpr int kMaxSlots = 16;  // mbarrier pairs after the ring
 
 struct Params {
   const int* cta;
@@ -45,8 +50,8 @@ struct Params {
   unsigned* sync;
   long long* prof;  // globaltimer stamps at every grid barrier, or null
   int n_steps, B, C, H, L, V, W, total;
-  int splits, split_len, tq, n_att, n_head_tiles, rf, scratch;
-  int stage, slots, resident;
+  int splits, split_len, tq, n_att, n_head_tiles, rf, scratch, bias_rows, fused;
+  int ring_bytes;  // the ring's share of shared memory; its mbarriers follow
   float eps, scale, temperature;
   int top_k, greedy;
 };

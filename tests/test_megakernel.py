@@ -47,12 +47,12 @@ def emulate_step(p: mp.Plan, packed, w, x, kc, vc, pos, eps, scale):
     cursor = [rec[0] for rec in p.cta]
     dtype = {4: torch.float32, 2: torch.bfloat16}[p.elem]
 
-    def take(cta, chunked):  # the next block of this CTA's stream, as (rows, C) float64
+    def take(cta, chunked, K=C):  # the next block of this CTA's stream, as (rows, K) float64
         packet, offset, rows, row0 = p.blocks[cursor[cta]]
         cursor[cta] += 1
-        at = p.cta[cta][2] * 16 + packet * p.stage + offset
-        data = packed[at:at + rows * C * p.elem].view(dtype).double()
-        block = data.view(C // 8, rows, 8).transpose(0, 1).reshape(rows, C) if chunked else data.view(rows, C)
+        at = p.cta[cta][2] * 16 + packet * p.cta[cta][16] + offset
+        data = packed[at:at + rows * K * p.elem].view(dtype).double()
+        block = data.view(K // 8, rows, 8).transpose(0, 1).reshape(rows, K) if chunked else data.view(rows, K)
         return rows, row0, block
 
     def tiles(cta, kind):
@@ -78,6 +78,9 @@ def emulate_step(p: mp.Plan, packed, w, x, kc, vc, pos, eps, scale):
         q, k, v = qkv.view(B, H, 3, D).unbind(2)
         kc[layer, :, :, pos], vc[layer, :, :, pos] = k, v
         part = {}
+        x_mid = torch.full_like(x, math.nan)
+        if p.fused:  # the items add their heads' shares of the projection: x_mid starts at x + b_o
+            x_mid = x + (vec("B_O", layer) if f64["B_O"].numel() else 0)
         for cta in range(p.grid):
             for b, h, s, _ in tiles(cta, mp.ATT):
                 j0, j1 = s * p.split_len, min((s + 1) * p.split_len, pos + 1)
@@ -88,6 +91,13 @@ def emulate_step(p: mp.Plan, packed, w, x, kc, vc, pos, eps, scale):
                 m = score.max().item()
                 e = torch.exp2(score - m)
                 part[b, h, s] = (e @ vc[layer, b, h, j0:j1], m, e.sum().item())
+                if p.fused:
+                    y_h = part[b, h, s][0] / part[b, h, s][2]
+                    done = 0
+                    while done < C:
+                        rows, row0, blk = take(cta, True, D)
+                        x_mid[b, row0:row0 + rows] += blk @ y_h
+                        done += rows
         y = torch.zeros(B, C, dtype=torch.float64)
         for b in range(B):
             for h in range(H):
@@ -96,7 +106,6 @@ def emulate_step(p: mp.Plan, packed, w, x, kc, vc, pos, eps, scale):
                 weight = [2 ** (m - top) for _, m, _ in shares]
                 total = sum(wt * norm for wt, (_, _, norm) in zip(weight, shares))
                 y[b, h * D:(h + 1) * D] = sum(wt * o for wt, (o, _, _) in zip(weight, shares)) / total
-        x_mid = torch.full_like(x, math.nan)
         for cta in range(p.grid):
             for r, n, *_ in tiles(cta, mp.PROJ):
                 done = 0
@@ -136,15 +145,18 @@ def emulate_step(p: mp.Plan, packed, w, x, kc, vc, pos, eps, scale):
     return logits
 
 
-@pytest.mark.parametrize("batch,grid,smem,bias,pos", [
-    (1, 7, 232448, True, 20),  # resident: every stream fits the ring
-    (3, 5, 24 << 10, False, 31),  # streamed through slots smaller than a tile, the cache full
-    (8, 3, 40 << 10, True, 0),  # several tiles and items a CTA, the first slot
-    (2, 40, 232448, True, 9),  # more CTAs than some phases have tiles; splits past pos are empty
+@pytest.mark.parametrize("batch,grid,smem,bias,pos,fused", [
+    (1, 7, 232448, True, 20, None),  # resident: every stream fits the ring; batch 1: the fused projection
+    (1, 7, 232448, True, 20, False),  # the same through proj tiles
+    (3, 5, 24 << 10, False, 31, None),  # streamed through slots smaller than a tile, the cache full
+    (8, 3, 40 << 10, True, 0, None),  # several tiles and items a CTA, the first slot
+    (2, 40, 232448, True, 9, None),  # more CTAs than some phases have tiles; splits past pos are empty
+    (2, 5, 24 << 10, True, 9, True),  # fused at batch 2, streamed
 ])
-def test_emulated_step_matches_the_float64_model(batch, grid, smem, bias, pos):
+def test_emulated_step_matches_the_float64_model(batch, grid, smem, bias, pos, fused):
     m = gpt(bias=bias)
-    p = mp.plan(64, 4, 2, 20, 32, batch, grid, 4, smem)
+    p = mp.plan(64, 4, 2, 20, 32, batch, grid, 4, smem, fused)
+    assert p.fused == (batch == 1 if fused is None else fused)
     assert p.resident == (smem > 100 << 10) and p.smem <= smem
     w = restack(m)
     packed = mp.pack(p, w)
@@ -183,10 +195,9 @@ def test_emulator_catches_a_misplaced_block():
         m.float()
     fc = [i for i in range(p.cta[1][0], p.cta[1][0] + p.cta[1][14]) if p.sources[i][0] == "W_FC"]
     a, b = p.blocks[fc[0]], p.blocks[fc[1]]
-    assert a[2] == b[2]  # two blocks of an fc tile, as many rows each
     start = p.cta[1][2] * 16
-    span = a[2] * 64 * 4
-    at_a, at_b = start + a[0] * p.stage + a[1], start + b[0] * p.stage + b[1]
+    span = min(a[2], b[2]) * 64 * 4  # the first rows of two blocks of an fc tile
+    at_a, at_b = start + a[0] * p.cta[1][16] + a[1], start + b[0] * p.cta[1][16] + b[1]
     swapped = packed.clone()
     swapped[at_a:at_a + span], swapped[at_b:at_b + span] = packed[at_b:at_b + span], packed[at_a:at_a + span]
     kc = torch.zeros(2, 1, 4, 32, 16, dtype=torch.float64)
@@ -200,14 +211,20 @@ def test_plan_covers_every_row_once_at_the_study_sizes():
         p = mp.plan(C, H, L, 65, 256, B, 132, 2, 232448)
         assert p.smem <= 232448 and (p.resident or p.slots >= 2)
         rows = {}
-        for matrix, layer, first, n, _ in p.sources:
+        for matrix, layer, first, n, *_ in p.sources:
             rows.setdefault((matrix, layer), []).extend(range(first, first + n))
-        assert sorted(rows["W_QKV", 0]) == list(range(3 * C)) and sorted(rows["W_O", L - 1]) == list(range(C))
+        assert sorted(rows["W_QKV", 0]) == list(range(3 * C))
+        o = rows["W_O_HEADS", L - 1] if B == 1 else rows["W_O", L - 1]  # batch 1: each head's columns, C rows each
+        assert sorted(o) == list(range(H * C if B == 1 else C))
         assert sorted(rows["W_FC", 1]) == sorted(rows["W_P2T", 1]) == list(range(4 * C))
         assert sorted(rows["WTE", None]) == list(range(65))
-        for _, offset, n, _ in p.blocks:  # no block straddles a packet
-            assert offset + n * C * 2 <= p.stage and offset % 16 == 0
-    assert mp.plan(384, 6, 6, 65, 256, 1, 132, 2, 232448).resident  # the seed GPT's bf16 weights stay in place
+        for record in p.cta:  # no block straddles a packet
+            for (_, offset, n, _), source in zip(p.blocks[record[0]:record[0] + record[14]],
+                                                 p.sources[record[0]:record[0] + record[14]]):
+                assert offset + n * source[-1] * 2 <= record[16] and offset % 16 == 0
+    seed = mp.plan(384, 6, 6, 65, 256, 1, 132, 2, 232448)  # the seed GPT's bf16 weights stay in place,
+    assert seed.resident_share == 126 / 132  # but for the six CTAs of the fused projection's heads
+    assert mp.plan(384, 6, 6, 65, 256, 8, 132, 2, 232448).resident
 
 
 @pytest.mark.parametrize("C,H,B,message", [
@@ -255,12 +272,12 @@ def test_megakernel_matches_recompute_on_the_gpu(batch, dtype):
     m = gpt(n_layer=3, n_head=6, n_embd=96, block_size=64, vocab=65).cuda().to(dtype)
     greedy, plan = parity_run(m, batch, 150, 10, temperature=0)  # two window restarts, three launches
     assert greedy["parity_tokens_agree"] == 140 or "parity_near_tie_gap" in greedy
-    assert plan.resident
+    assert plan.resident and plan.fused == (batch == 1)
     if dtype == torch.float32:  # sampled with top-k: the same text, token for token
         sampled, _ = parity_run(m, batch, 90, 10, temperature=0.8, top_k=7)
         assert sampled["parity_tokens_agree"] == 80 or "parity_near_tie_gap" in sampled
-    streamed, plan = parity_run(m, batch, 100, 10, smem=64 << 10, temperature=0)
-    assert not plan.resident and plan.slots >= 2
+    streamed, plan = parity_run(m, batch, 100, 10, smem=20 << 10, temperature=0)  # some CTAs stream their weights
+    assert plan.resident or plan.slots >= 2
 
 
 @pytest.mark.gpu
@@ -268,4 +285,12 @@ def test_megakernel_at_the_seed_shape_bias_free_and_sampled():
     m = gpt(n_layer=6, n_head=6, n_embd=384, block_size=256, bias=False, vocab=65).cuda().to(torch.bfloat16)
     out, plan = parity_run(m, 1, 300, 1, temperature=1.0)
     assert out["parity_tokens_agree"] == 299 or "parity_near_tie_gap" in out
-    assert plan.resident
+    assert plan.fused and plan.resident_share > 0.9
+    from transformerop.decode.megakernel import Megakernel
+    Megakernel.fused = False  # the projection in tiles instead, the attention in splits
+    try:
+        out, plan = parity_run(m, 1, 300, 1, temperature=0)
+    finally:
+        Megakernel.fused = None
+    assert out["parity_tokens_agree"] == 299 or "parity_near_tie_gap" in out
+    assert not plan.fused and plan.splits > 1

@@ -19,8 +19,9 @@ TOKEN_PHASES = ("head",)  # the head tiles, the sampling and the next token's em
 
 def restack(model) -> dict:
     """The model's weights as the plan's matrices and the kernel's vectors: a layer's qkv rows
-    head-major (head h's q, k, v together, as its tiles take them), W_proj2 transposed (a hidden
-    unit a row). A vector the model lacks is an empty tensor."""
+    head-major (head h's q, k, v together, as its tiles take them), W_o also as each head's
+    columns (C rows of D, for the fused projection), W_proj2 transposed (a hidden unit a row). A
+    vector the model lacks is an empty tensor."""
     cfg, blocks = model.cfg, model.blocks
     C, H = cfg.n_embd, cfg.n_head
     D = C // H
@@ -35,6 +36,7 @@ def restack(model) -> dict:
 
     return {
         "W_QKV": stack(lambda b: b.attn.c_attn.weight[head_major]), "W_O": stack(lambda b: b.attn.c_proj.weight),
+        "W_O_HEADS": stack(lambda b: b.attn.c_proj.weight.view(C, H, D).transpose(0, 1).reshape(H * C, D)),
         "W_FC": stack(lambda b: b.mlp.c_fc.weight), "W_P2T": stack(lambda b: b.mlp.c_proj.weight.t()),
         "WTE": model.wte.weight.detach().contiguous(), "WPE": model.wpe.weight.detach().contiguous(),
         "LN1_W": stack(lambda b: b.ln_1.weight), "LN1_B": stack(lambda b: b.ln_1.bias),
@@ -51,6 +53,7 @@ def restack(model) -> dict:
 class Megakernel(Static):
     runs = True  # the loop hands it every step up to the window's end: one launch
     smem_limit = None  # bytes of shared memory a CTA may take (None: the device's); tests lower it to stream
+    fused = None  # the projection in the attention items (None: the plan's rule, at batch 1)
 
     def __init__(self, model, batch_size, dcfg=None):
         super().__init__(model, batch_size, dcfg)
@@ -61,7 +64,7 @@ class Megakernel(Static):
         C, H, L, V, W = cfg.n_embd, cfg.n_head, cfg.n_layer, model.vocab_size, model.block_size
         self.grid = torch.cuda.get_device_properties(dev).multi_processor_count
         self.plan = mp.plan(C, H, L, V, W, batch_size, self.grid, self.dtype.itemsize,
-                            self.smem_limit or megakernel.shared_memory_limit(dev))
+                            self.smem_limit or megakernel.shared_memory_limit(dev), self.fused)
         # one (L, B, H, W, D) buffer per cache; the model's prefill writes its per-layer views
         self.kc, self.vc = torch.stack(self.k), torch.stack(self.v)
         self.k, self.v = list(self.kc.unbind(0)), list(self.vc.unbind(0))
@@ -101,8 +104,8 @@ class Megakernel(Static):
                    self.kc, self.vc, self.qkv, self.part, self.x, self.logits,
                    noise if noise is not None and not greedy else self.none, out, t, self.pos, self.sync, prof]
         ints = [n, self.batch_size, p.C, p.H, p.L, p.V, p.W, total, p.splits, p.split_len, p.tq, p.n_att,
-                p.n_head_tiles, p.rf, p.scratch, p.stage, p.slots, int(p.resident), int(top_k or 0), int(greedy),
-                p.nb, p.grid, p.smem]
+                p.n_head_tiles, p.rf, p.scratch, p.ring, int(top_k or 0), int(greedy), p.nb, p.grid, p.smem,
+                p.bias_rows, int(p.fused)]
         self.ext.run(tensors, ints, [self.eps, self.scale, 1.0 if greedy else float(temperature)])
         return self.logits
 
@@ -136,7 +139,7 @@ class Megakernel(Static):
         return {**{f"phase_us_{k}": v for k, v in per_kind.items()}, "barrier_us": barrier_us,
                 **{f"phase_share_{k}": v / total for k, v in per_kind.items()},
                 "phases_per_token": len(names), "phase_us_per_token": total, "phase_steps": d.size(0),
-                "weights_resident": int(self.plan.resident)}
+                "weights_resident": self.plan.resident_share, "fused_proj": int(self.plan.fused)}
 
     @classmethod
     def check(cls, cfg, device) -> None:
