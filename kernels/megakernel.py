@@ -1,6 +1,7 @@
 """The decode run's CUDA kernel (kernels/megakernel.cu) as a torch extension built by load_inline
 (kernels/cuda_build.py: lazy, cached on disk by a hash of the sources), and its launch from
 tensors. decode/megakernel.py owns the schedule and the buffers; this module only binds them."""
+import re
 from pathlib import Path
 
 import torch
@@ -66,10 +67,23 @@ int64_t max_shared_memory(int64_t device) { return mk::max_shared_memory(int(dev
 """
 
 
+LOCAL_INCLUDE = re.compile(r'^#include "([^"]+)"$', re.MULTILINE)
+
+
+def inline(path: Path, seen: set) -> str:
+    """The file with our own headers' text in place of their includes, each header once: one
+    self-contained translation unit for load_inline."""
+    def header(m):
+        name = m.group(1)
+        if name in seen:
+            return ""
+        seen.add(name)
+        return inline(KERNEL_DIR / name, seen).replace("#pragma once", "")
+    return LOCAL_INCLUDE.sub(header, path.read_text())
+
+
 def sources() -> tuple[list[str], list[str]]:
-    header = HEADER.read_text().replace("#pragma once", "")
-    cu = SOURCE.read_text().replace('#include "megakernel.h"', header)
-    return [header + BINDING], [cu]
+    return [inline(HEADER, set()) + BINDING], [inline(SOURCE, set())]
 
 
 EXTENSION = cuda_build.Extension("tfo_megakernel", "the decode megakernel", sources,

@@ -294,3 +294,16 @@ def test_megakernel_at_the_seed_shape_bias_free_and_sampled():
         Megakernel.fused = None
     assert out["parity_tokens_agree"] == 299 or "parity_near_tie_gap" in out
     assert not plan.fused and plan.splits > 1
+
+
+def test_the_extension_source_is_one_file_that_compiles(tmp_path):
+    """load_inline gets one self-contained .cu (every header of ours inlined, once): plain nvcc
+    for sm_90 must build it as it is."""
+    from kernels import cuda_build, megakernel
+    cpp, cu = megakernel.sources()
+    assert '#include "' not in cu[0] and '#include "' not in cpp[0]
+    if cuda_build.find_nvcc() is None:
+        pytest.skip("nvcc not installed (no CUDA toolkit)")
+    path = tmp_path / "megakernel_inlined.cu"
+    path.write_text(cu[0])
+    cuda_build.nvcc_compile_check(path)

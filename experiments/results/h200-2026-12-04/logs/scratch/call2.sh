@@ -13,7 +13,7 @@ for job in "gpt 1" "gpt 4" "gpt 8" "gpt_2x 1" "gpt_2x 8" "gpt_3x 1" "gpt_3x 8"; 
   set -- $job
   dir=outputs/mk_call2/$1_b$2
   timeout 150 python3 run.py experiment=decode_speed decode=megakernel model=$1 generate.batch_size=$2 \
-    logger=none train.progress=false hydra.run.dir=$dir > "$out/run_$1_b$2.log" 2>&1
+    logger=none train.progress=false hydra.run.dir=$dir >> "$out/runs.log" 2>&1
   python3 - "$dir" <<'PY' 2>&1 | tee -a "$out/rows.log"
 import json, sys
 r = json.load(open(sys.argv[1] + "/results.json"))
