@@ -41,7 +41,7 @@ struct Params {
   void *kc, *vc;  // (L, B, H, W, D) caches
   // scratch: fp32
   float* qkv;     // (B, 3C), head-major
-  float* part;    // (B, H, splits, D + 2): o, m, l
+  float* part;    // (B, H, splits, D + 4): o, m, l, then two floats of padding
   float* x;       // (2, 2L + 1, B, C): the residual stream's slots, a set per step parity
   float* logits;  // (total, B, V)
   const float* noise;  // (total, B, V) Gumbel noise, or null (greedy)

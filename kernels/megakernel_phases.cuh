@@ -80,6 +80,9 @@ __device__ void load_norm(const Params& p, const float* slot, const T* g, const 
   consumer_sync();
 }
 
+// A share in PART: o (D floats), m, l, padded so that every share's o starts 16-byte aligned.
+__device__ __forceinline__ int share_floats(int D) { return D + 4; }
+
 // One attention item: row b, head h, cache slots [s * split_len, ...) up to pos. Thread (jr, c)
 // takes 8 dims (chunk c of D / 8) of slots jr, jr + RP, ...: its q chunk, and up to BatchRows<T>::value
 // slots' K and V chunks, load together. The partial softmax -- o = sum p v unnormalised, m (log2
@@ -91,7 +94,7 @@ __device__ void attend(const Params& p, int layer, int b, int h, int s, int pos,
   float* ored = score + p.split_len;  // kConsumerWarps x D
   float* buf = ored + kConsumerWarps * D;  // kConsumerWarps + 1
   const int j0 = s * p.split_len, j1 = min(j0 + p.split_len, pos + 1), n = j1 - j0;
-  float* part = p.part + (static_cast<size_t>((b * H + h) * p.splits + s)) * (D + 2);
+  float* part = p.part + (static_cast<size_t>((b * H + h) * p.splits + s)) * share_floats(D);
   if (n <= 0) {  // past the cache's end: an empty share
     for (int d = threadIdx.x; d < D + 2; d += kConsumers) part[d] = d == D ? -INFINITY : 0.f;
     return;
@@ -188,8 +191,8 @@ template <int NB>
 __device__ void combine(const Params& p, float* x, float* weight) {
   const int C = p.C, H = p.H, D = C / H, S = p.splits;
   for (int i = threadIdx.x; i < p.B * H * S; i += kConsumers) {  // each share's m, then its weight
-    weight[i] = __ldcg(p.part + static_cast<size_t>(i) * (D + 2) + D);
-    weight[p.B * H * S + i] = __ldcg(p.part + static_cast<size_t>(i) * (D + 2) + D + 1);
+    weight[i] = __ldcg(p.part + static_cast<size_t>(i) * share_floats(D) + D);
+    weight[p.B * H * S + i] = __ldcg(p.part + static_cast<size_t>(i) * share_floats(D) + D + 1);
   }
   consumer_sync();
   for (int bh = threadIdx.x; bh < p.B * H; bh += kConsumers) {
@@ -209,10 +212,10 @@ __device__ void combine(const Params& p, float* x, float* weight) {
     const int b = idx / C4, c = (idx % C4) * 4, h = c / D, d = c % D;
     float4 y = make_float4(0.f, 0.f, 0.f, 0.f);
     if (b < p.B) {
-      const float* part = p.part + static_cast<size_t>(b * H + h) * S * (D + 2) + d;
+      const float* part = p.part + static_cast<size_t>(b * H + h) * S * share_floats(D) + d;
       for (int s = 0; s < S; ++s) {
         const float w = weight[(b * H + h) * S + s];
-        const float4 o = __ldcg(reinterpret_cast<const float4*>(part + s * (D + 2)));
+        const float4 o = __ldcg(reinterpret_cast<const float4*>(part + s * share_floats(D)));
         y.x += w * o.x, y.y += w * o.y, y.z += w * o.z, y.w += w * o.w;
       }
     }
