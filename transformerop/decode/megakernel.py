@@ -76,7 +76,8 @@ class Megakernel(Static):
         def scratch(*shape, dtype=torch.float32):
             return torch.zeros(*shape, device=dev, dtype=dtype)
 
-        self.qkv, self.part = scratch(B, 3 * C), scratch(B * H * p.splits * (D + 4))  # kernels/megakernel_phases.cuh: share_floats
+        # the attention shares: D + 4 floats each (kernels/megakernel_phases.cuh: share_floats)
+        self.qkv, self.part = scratch(B, 3 * C), scratch(B * H * p.splits * (D + 4))
         self.x = scratch(2, 2 * L + 1, B, C)
         self.sync = scratch(sync_ints(L, H), dtype=torch.int32)
         self.none = torch.empty(0, device=dev)
