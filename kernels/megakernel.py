@@ -90,9 +90,9 @@ EXTENSION = cuda_build.Extension("tfo_megakernel", "the decode megakernel", sour
                                  ("run", "barriers", "max_shared_memory"))
 
 
-def require(device=None) -> None:
-    """BackendUnavailable, one line naming what is missing, unless the kernel can build and run."""
-    cuda_build.require_cuda("decode=megakernel", device, EXTENSION)
+def require(what: str, device=None) -> None:
+    """BackendUnavailable, one line naming what is missing for `what`, unless the kernel can build and run."""
+    cuda_build.require_cuda(what, device, EXTENSION)
 
 
 def load():

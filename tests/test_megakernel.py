@@ -228,7 +228,7 @@ def test_plan_covers_every_row_once_at_the_study_sizes():
 
 
 @pytest.mark.parametrize("C,H,B,message", [
-    (60, 6, 1, "must be multiples of 8"), (384, 6, 9, "batch_size=9: decode=megakernel computes 1 to 8"),
+    (60, 6, 1, "must be multiples of 8"), (384, 6, 9, "batch_size=9: the megakernel computes 1 to 8"),
     (4096, 16, 1, "n_embd <= 2048"),
 ])
 def test_plan_refuses_what_the_kernel_cannot_take(C, H, B, message):

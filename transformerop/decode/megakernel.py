@@ -155,7 +155,7 @@ class Megakernel(Static):
         if torch.device(device).type != "cuda":
             raise BackendUnavailable(f"decode={name} needs a CUDA GPU for its kernel (the run's device is {device})")
         from kernels import megakernel
-        megakernel.require(device)
+        megakernel.require(f"decode={name}", device)
 
     @classmethod
     def kernels_per_token(cls, shape, bf16: bool) -> int:

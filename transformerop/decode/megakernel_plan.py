@@ -1,4 +1,4 @@
-"""decode=megakernel's schedule, from the shape: which CTA does which tile of each phase, and the
+"""the megakernel's schedule, from the shape: which CTA does which tile of each phase, and the
 weight stream each CTA's producer warp copies into shared memory (kernels/megakernel.cu).
 
 Every phase spreads its work over the grid, one tile a CTA where there are enough:
@@ -78,17 +78,17 @@ def shape_error(C: int, H: int, V: int, W: int, B: int) -> str | None:
     """What this kernel cannot take, as one line, or None."""
     D = C // H if H else 0
     if not 1 <= B <= MAX_BATCH:
-        return f"generate.batch_size={B}: decode=megakernel computes 1 to {MAX_BATCH} rows a step"
+        return f"generate.batch_size={B}: the megakernel computes 1 to {MAX_BATCH} rows a step"
     if C % 8 or D % 8:
-        return (f"model.n_embd={C} with {H} heads: decode=megakernel reads 8 elements at once, so n_embd and "
+        return (f"model.n_embd={C} with {H} heads: the megakernel reads 8 elements at once, so n_embd and "
                 f"the head dim ({D}) must be multiples of 8")
     if C > 8 * THREADS:
-        return f"model.n_embd={C}: decode=megakernel's MLP gives each thread 8 columns, so n_embd <= {8 * THREADS}"
+        return f"model.n_embd={C}: the megakernel's MLP gives each thread 8 columns, so n_embd <= {8 * THREADS}"
     if D > THREADS or (D // 8) & (D // 8 - 1):
-        return (f"model.n_embd / n_head = {D}: decode=megakernel takes head dims of 8 times a power of two, "
+        return (f"model.n_embd / n_head = {D}: the megakernel takes head dims of 8 times a power of two, "
                 f"up to {THREADS}")
     if V > 8192 or W > 8192:
-        return f"vocabulary {V} / block_size {W}: decode=megakernel holds a row of either in shared memory (<= 8192)"
+        return f"vocabulary {V} / block_size {W}: the megakernel holds a row of either in shared memory (<= 8192)"
     return None
 
 
@@ -133,7 +133,7 @@ def plan(C: int, H: int, L: int, V: int, W: int, B: int, grid: int, elem: int, s
     p.stage = STAGE if p.ring >= 4 * STAGE else p.ring // 4 // 16 * 16
     p.slots = min(MAX_SLOTS, p.ring // max(1, p.stage))
     if p.stage < C * elem or p.slots < 2:
-        raise ValueError(f"model.n_embd={C} at batch {B}: decode=megakernel's weight ring needs two slots of at "
+        raise ValueError(f"model.n_embd={C} at batch {B}: the megakernel's weight ring needs two slots of at "
                          f"least one weight row ({C * elem} bytes); {p.ring} bytes of shared memory are left")
     p.smem = p.ring + 16 * MAX_SLOTS + fixed
     _lay_out(p)
