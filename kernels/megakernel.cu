@@ -40,6 +40,24 @@ template <typename T> __device__ __forceinline__ const T* layer_vec(const void* 
   return v ? static_cast<const T*>(v) + static_cast<size_t>(layer) * n : nullptr;
 }
 
+// f(block, its weights in shared memory) for each of a tile's blocks, the next ones in this
+// CTA's stream (blocks[bi], bi advanced), until they cover `rows` rows.
+template <typename T, class F>
+__device__ __forceinline__ void each_block(Ring& ring, const int4* blocks, int& bi, int step, int rows, unsigned* err,
+                                           F f) {
+  for (int done = 0; done < rows;) {
+    const int4 blk = blocks[bi++];
+    f(blk, reinterpret_cast<const T*>(ring_block(ring, step, blk.x, blk.y, err)));
+    done += blk.z;
+  }
+}
+
+// bias[nb ..] = vec[first ..] for `rows` rows (null vec: zeros); returns nb + rows.
+template <typename T> __device__ __forceinline__ int load_bias(float* bias, int nb, const T* vec, int first, int rows) {
+  for (int r = threadIdx.x; r < rows; r += kConsumers) bias[nb + r] = param(vec, first + r);
+  return nb + rows;
+}
+
 template <typename T, int NB>
 __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
@@ -108,14 +126,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
       int nb = 0;
       for (int q = 0; q < n_qkv; ++q) {
         const int4 tile = tiles[cta[kCtaQkv] + q];
-        for (int r = threadIdx.x; r < tile.z; r += kConsumers) bias[nb + r] = param(b_qkv, tile.x * 3 * D + tile.y + r);
-        nb += tile.z;
+        nb = load_bias(bias, nb, b_qkv, tile.x * 3 * D + tile.y, tile.z);
       }
-      for (int q = 0; q < n_proj; ++q) {
-        const int4 tile = tiles[cta[kCtaProj] + q];
-        for (int r = threadIdx.x; r < tile.y; r += kConsumers) bias[nb + r] = param(b_o, tile.x + r);
-        nb += tile.y;
-      }
+      for (int q = 0; q < n_proj; ++q) nb = load_bias(bias, nb, b_o, tiles[cta[kCtaProj] + q].x, tiles[cta[kCtaProj] + q].y);
       if (n_qkv > 0 || n_proj > 0 || (p.fused && first))
         load_norm<T, NB>(p, x_l, layer_vec<T>(p.ln1_w, l, C), layer_vec<T>(p.ln1_b, l, C), xraw, xn, stats,
                          scratch, p.fused && first ? x_mid : nullptr, b_o);
@@ -124,9 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
       for (int q = 0; q < n_qkv; ++q) {
         const int4 tile = tiles[cta[kCtaQkv] + q];  // head, first row within the head's 3D, rows
         const int h = tile.x;
-        for (int done = 0; done < tile.z;) {
-          const int4 blk = blocks[bi++];
-          const T* w = reinterpret_cast<const T*>(ring_block(ring, i, blk.x, blk.y, err));
+        each_block<T>(ring, blocks, bi, i, tile.z, err, [&](int4 blk, const T* w) {
           const int r0 = tile.y + blk.w;
           const float* bias_blk = bias + nb + blk.w;
           block_matvec<T, NB>(w, blk.z, C, xn, C, scratch, [&](int r, int b, float v) {
@@ -139,8 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
               store(static_cast<T*>(row < 2 * D ? p.kc : p.vc) + at, v);
             }
           });
-          done += blk.z;
-        }
+        });
         nb += tile.z;
         release_add(count_qkv + l * H + h, 1);
       }
@@ -151,13 +161,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
         acquire_wait(count_qkv + l * H + item.y, (i + 1) * p.tq, err, 4);
         attend<T>(p, l, item.x, item.y, item.z, pos, scratch, p.fused ? xn : nullptr);
         if (p.fused) {
-          for (int done = 0; done < C;) {
-            const int4 blk = blocks[bi++];
-            const T* w = reinterpret_cast<const T*>(ring_block(ring, i, blk.x, blk.y, err));
+          each_block<T>(ring, blocks, bi, i, C, err, [&](int4 blk, const T* w) {
             float* dst = x_mid + item.x * C + blk.w;
             block_matvec<T, 1>(w, blk.z, D, xn, D, scratch, [&](int r, int, float v) { atomicAdd(dst + r, v); });
-            done += blk.z;
-          }
+          });
         }
       }
       if (n_att > 0 && !p.fused) release_add(count_att + l, n_att);
@@ -168,56 +175,42 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
       }
       for (int q = 0; q < n_proj; ++q) {
         const int4 tile = tiles[cta[kCtaProj] + q];  // first row, rows
-        for (int done = 0; done < tile.y;) {
-          const int4 blk = blocks[bi++];
-          const T* w = reinterpret_cast<const T*>(ring_block(ring, i, blk.x, blk.y, err));
+        each_block<T>(ring, blocks, bi, i, tile.y, err, [&](int4 blk, const T* w) {
           const int r0 = tile.x + blk.w;
           const float* bias_blk = bias + nb + blk.w;
           block_matvec<T, NB>(w, blk.z, C, xn, C, scratch, [&](int r, int b, float v) {
             if (b < B) x_mid[b * C + r0 + r] = xraw[b * C + r0 + r] + bias_blk[r] + v;
           });
-          done += blk.z;
-        }
+        });
         nb += tile.y;
       }
       grid_sync(p.sync, ++k, err, p.prof);  // x_mid is whole
       // M: x_out = x_mid + b_proj2 + sum over the fc tiles of GELU(LN2(x_mid) W_fc^T + b_fc) W_proj2^T
       const T* b_fc = layer_vec<T>(p.b_fc, l, 4 * C);
       nb = 0;
-      for (int q = 0; q < n_fc; ++q) {
-        const int4 tile = tiles[cta[kCtaFc] + q];
-        for (int r = threadIdx.x; r < tile.y; r += kConsumers) bias[nb + r] = param(b_fc, tile.x + r);
-        nb += tile.y;
-      }
+      for (int q = 0; q < n_fc; ++q) nb = load_bias(bias, nb, b_fc, tiles[cta[kCtaFc] + q].x, tiles[cta[kCtaFc] + q].y);
       if (n_fc > 0 || first)
         load_norm<T, NB>(p, x_mid, layer_vec<T>(p.ln2_w, l, C), layer_vec<T>(p.ln2_b, l, C), xraw, xn, stats,
                          scratch, first ? x_out : nullptr, layer_vec<T>(p.b_p2, l, C));
       nb = 0;
       for (int q = 0; q < n_fc; ++q) {
         const int4 tile = tiles[cta[kCtaFc] + q];  // first hidden unit, units
-        for (int done = 0; done < tile.y;) {
-          const int4 blk = blocks[bi++];
-          const T* w = reinterpret_cast<const T*>(ring_block(ring, i, blk.x, blk.y, err));
+        each_block<T>(ring, blocks, bi, i, tile.y, err, [&](int4 blk, const T* w) {
           const int r0 = blk.w;
           const float* bias_blk = bias + nb + r0;
           block_matvec<T, NB>(w, blk.z, C, xn, C, scratch, [&](int r, int b, float v) {
             v += bias_blk[r];
             u[b * p.rf + r0 + r] = b < B ? 0.5f * v * (1.f + erff(v * 0.70710678118654752f)) : 0.f;
           });
-          done += blk.z;
-        }
+        });
         nb += tile.y;
         float acc[NB][8];
 #pragma unroll
         for (int b = 0; b < NB; ++b)
 #pragma unroll
           for (int e = 0; e < 8; ++e) acc[b][e] = 0.f;
-        for (int done = 0; done < tile.y;) {
-          const int4 blk = blocks[bi++];
-          const T* w = reinterpret_cast<const T*>(ring_block(ring, i, blk.x, blk.y, err));
-          block_axpy<T, NB>(w, blk.z, C, u, p.rf, blk.w, acc);
-          done += blk.z;
-        }
+        each_block<T>(ring, blocks, bi, i, tile.y, err,
+                      [&](int4 blk, const T* w) { block_axpy<T, NB>(w, blk.z, C, u, p.rf, blk.w, acc); });
         if (threadIdx.x < (C >> 3)) {
 #pragma unroll
           for (int b = 0; b < NB; ++b) {
@@ -237,15 +230,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
                        xn, stats, scratch, nullptr, static_cast<const T*>(nullptr));
       for (int q = 0; q < n_head; ++q) {
         const int4 tile = tiles[cta[kCtaHead] + q];  // first vocabulary row, rows
-        for (int done = 0; done < tile.y;) {
-          const int4 blk = blocks[bi++];
-          const T* w = reinterpret_cast<const T*>(ring_block(ring, i, blk.x, blk.y, err));
+        each_block<T>(ring, blocks, bi, i, tile.y, err, [&](int4 blk, const T* w) {
           const int r0 = tile.x + blk.w;
           block_matvec<T, NB>(w, blk.z, C, xn, C, scratch, [&](int r, int b, float v) {
             if (b < B) p.logits[(static_cast<size_t>(t) * B + b) * p.V + r0 + r] = v;
           });
-          done += blk.z;
-        }
+        });
       }
       consumer_sync();
       if (threadIdx.x == 0) {

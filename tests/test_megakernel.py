@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from transformerop.decode import Decoder, check
 from transformerop.decode import megakernel_plan as mp
-from transformerop.decode.megakernel import restack
+from transformerop.decode.megakernel import kernel_weights
 from transformerop.model import BackendUnavailable, build_model
 
 
@@ -55,6 +55,13 @@ def emulate_step(p: mp.Plan, packed, w, x, kc, vc, pos, eps, scale):
         block = data.view(K // 8, rows, 8).transpose(0, 1).reshape(rows, K) if chunked else data.view(rows, K)
         return rows, row0, block
 
+    def blocks(cta, n, chunked=True, K=C):  # a tile's blocks until they cover its n rows
+        done = 0
+        while done < n:
+            rows, row0, blk = take(cta, chunked, K)
+            yield rows, row0, blk
+            done += rows
+
     def tiles(cta, kind):
         first, count = p.cta[cta][kind], p.cta[cta][kind + 1]
         return p.tile_list[first:first + count]
@@ -63,24 +70,23 @@ def emulate_step(p: mp.Plan, packed, w, x, kc, vc, pos, eps, scale):
         t = f64[name]
         return t if layer is None or not t.numel() else t[layer]
 
+    def bias(name, layer, at=slice(None)):  # zero for a model without biases
+        return vec(name, layer)[at] if f64[name].numel() else 0
+
     for layer in range(L):
         h_in = layer_norm(x, vec("LN1_W", layer), vec("LN1_B", layer), eps)
         qkv = torch.full((B, 3 * C), math.nan, dtype=torch.float64)
         for cta in range(p.grid):
             for h, r, n, _ in tiles(cta, mp.QKV):
-                done = 0
-                while done < n:
-                    rows, row0, blk = take(cta, True)
+                for rows, row0, blk in blocks(cta, n):
                     at = h * 3 * D + r + row0 + torch.arange(rows)
-                    bias = vec("B_QKV", layer)[at] if f64["B_QKV"].numel() else 0
-                    qkv[:, at] = h_in @ blk.T + bias
-                    done += rows
+                    qkv[:, at] = h_in @ blk.T + bias("B_QKV", layer, at)
         q, k, v = qkv.view(B, H, 3, D).unbind(2)
         kc[layer, :, :, pos], vc[layer, :, :, pos] = k, v
         part = {}
         x_mid = torch.full_like(x, math.nan)
         if p.fused:  # the items add their heads' shares of the projection: x_mid starts at x + b_o
-            x_mid = x + (vec("B_O", layer) if f64["B_O"].numel() else 0)
+            x_mid = x + bias("B_O", layer)
         for cta in range(p.grid):
             for b, h, s, _ in tiles(cta, mp.ATT):
                 j0, j1 = s * p.split_len, min((s + 1) * p.split_len, pos + 1)
@@ -93,11 +99,8 @@ def emulate_step(p: mp.Plan, packed, w, x, kc, vc, pos, eps, scale):
                 part[b, h, s] = (e @ vc[layer, b, h, j0:j1], m, e.sum().item())
                 if p.fused:
                     y_h = part[b, h, s][0] / part[b, h, s][2]
-                    done = 0
-                    while done < C:
-                        rows, row0, blk = take(cta, True, D)
+                    for rows, row0, blk in blocks(cta, C, True, D):
                         x_mid[b, row0:row0 + rows] += blk @ y_h
-                        done += rows
         y = torch.zeros(B, C, dtype=torch.float64)
         for b in range(B):
             for h in range(H):
@@ -108,39 +111,25 @@ def emulate_step(p: mp.Plan, packed, w, x, kc, vc, pos, eps, scale):
                 y[b, h * D:(h + 1) * D] = sum(wt * o for wt, (o, _, _) in zip(weight, shares)) / total
         for cta in range(p.grid):
             for r, n, *_ in tiles(cta, mp.PROJ):
-                done = 0
-                while done < n:
-                    rows, row0, blk = take(cta, True)
+                for rows, row0, blk in blocks(cta, n):
                     at = r + row0 + torch.arange(rows)
-                    bias = vec("B_O", layer)[at] if f64["B_O"].numel() else 0
-                    x_mid[:, at] = x[:, at] + bias + y @ blk.T
-                    done += rows
+                    x_mid[:, at] = x[:, at] + bias("B_O", layer, at) + y @ blk.T
         h_mid = layer_norm(x_mid, vec("LN2_W", layer), vec("LN2_B", layer), eps)
-        x = x_mid + (vec("B_P2", layer) if f64["B_P2"].numel() else 0)
+        x = x_mid + bias("B_P2", layer)
         for cta in range(p.grid):
             for j, n, *_ in tiles(cta, mp.FC):
                 u = torch.full((B, n), math.nan, dtype=torch.float64)
-                done = 0
-                while done < n:
-                    rows, row0, blk = take(cta, True)
+                for rows, row0, blk in blocks(cta, n):
                     at = j + row0 + torch.arange(rows)
-                    bias = vec("B_FC", layer)[at] if f64["B_FC"].numel() else 0
-                    u[:, row0:row0 + rows] = torch.nn.functional.gelu(h_mid @ blk.T + bias)
-                    done += rows
-                done = 0
-                while done < n:
-                    rows, row0, blk = take(cta, False)
+                    u[:, row0:row0 + rows] = torch.nn.functional.gelu(h_mid @ blk.T + bias("B_FC", layer, at))
+                for rows, row0, blk in blocks(cta, n, False):
                     x = x + u[:, row0:row0 + rows] @ blk
-                    done += rows
     h_out = layer_norm(x, vec("LNF_W"), vec("LNF_B"), eps)
     logits = torch.full((B, p.V), math.nan, dtype=torch.float64)
     for cta in range(p.grid):
         for v0, n, *_ in tiles(cta, mp.HEAD):
-            done = 0
-            while done < n:
-                rows, row0, blk = take(cta, True)
+            for rows, row0, blk in blocks(cta, n):
                 logits[:, v0 + row0:v0 + row0 + rows] = h_out @ blk.T
-                done += rows
     assert cursor == [rec[0] + rec[14] for rec in p.cta]  # every block of every stream read, once
     return logits
 
@@ -158,7 +147,7 @@ def test_emulated_step_matches_the_float64_model(batch, grid, smem, bias, pos, f
     p = mp.plan(64, 4, 2, 20, 32, batch, grid, 4, smem, fused)
     assert p.fused == (batch == 1 if fused is None else fused)
     assert p.resident == (smem > 100 << 10) and p.smem <= smem
-    w = restack(m)
+    w = kernel_weights(m)
     packed = mp.pack(p, w)
     idx = torch.randint(20, (batch, pos + 1))
     with torch.no_grad():
@@ -186,7 +175,7 @@ def test_emulator_catches_a_misplaced_block():
     """The planted fault: two blocks of an fc tile swapped in the packed bytes."""
     m = gpt()
     p = mp.plan(64, 4, 2, 20, 32, 1, 3, 4, 24 << 10)
-    w = restack(m)
+    w = kernel_weights(m)
     packed = mp.pack(p, w)
     idx = torch.randint(20, (1, 1))
     with torch.no_grad():

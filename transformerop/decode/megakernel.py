@@ -10,6 +10,7 @@ import torch
 
 from ..errors import BackendUnavailable
 from . import megakernel_plan as mp
+from .restack import restack
 from .static import Static
 
 BARRIERS_TIMED = 1000  # empty grid barriers run back to back to price one
@@ -17,37 +18,15 @@ LAYER_PHASES = ("attn", "mlp")
 TOKEN_PHASES = ("head",)  # the head tiles, the sampling and the next token's embedding
 
 
-def restack(model) -> dict:
-    """The model's weights as the plan's matrices and the kernel's vectors: a layer's qkv rows
-    head-major (head h's q, k, v together, as its tiles take them), W_o also as each head's
-    columns (C rows of D, for the fused projection), W_proj2 transposed (a hidden unit a row). A
-    vector the model lacks is an empty tensor."""
-    cfg, blocks = model.cfg, model.blocks
-    C, H = cfg.n_embd, cfg.n_head
-    D = C // H
-    dev = model.wte.weight.device
-    head_major = torch.arange(3 * C, device=dev).view(3, H, D).transpose(0, 1).reshape(-1)
-
-    def stack(get):
-        parts = [get(b) for b in blocks]
-        if parts[0] is None:
-            return torch.empty(0, device=dev, dtype=model.wte.weight.dtype)
-        return torch.stack([t.detach() for t in parts]).contiguous()
-
-    return {
-        "W_QKV": stack(lambda b: b.attn.c_attn.weight[head_major]), "W_O": stack(lambda b: b.attn.c_proj.weight),
-        "W_O_HEADS": stack(lambda b: b.attn.c_proj.weight.view(C, H, D).transpose(0, 1).reshape(H * C, D)),
-        "W_FC": stack(lambda b: b.mlp.c_fc.weight), "W_P2T": stack(lambda b: b.mlp.c_proj.weight.t()),
-        "WTE": model.wte.weight.detach().contiguous(), "WPE": model.wpe.weight.detach().contiguous(),
-        "LN1_W": stack(lambda b: b.ln_1.weight), "LN1_B": stack(lambda b: b.ln_1.bias),
-        "LN2_W": stack(lambda b: b.ln_2.weight), "LN2_B": stack(lambda b: b.ln_2.bias),
-        "LNF_W": model.ln_f.weight.detach().contiguous(),
-        "LNF_B": (model.ln_f.bias.detach().contiguous() if model.ln_f.bias is not None
-                  else torch.empty(0, device=dev, dtype=model.wte.weight.dtype)),
-        "B_QKV": stack(lambda b: None if b.attn.c_attn.bias is None else b.attn.c_attn.bias[head_major]),
-        "B_O": stack(lambda b: b.attn.c_proj.bias), "B_FC": stack(lambda b: b.mlp.c_fc.bias),
-        "B_P2": stack(lambda b: b.mlp.c_proj.bias),
-    }
+def kernel_weights(model) -> dict:
+    """decode/restack.py's matrices and vectors as this kernel reads them: W_o also as each head's
+    columns (H x C rows of D, the fused projection's blocks); a vector the model lacks, an empty
+    tensor (a null pointer to the kernel)."""
+    w = restack(model)
+    C, H = model.cfg.n_embd, model.cfg.n_head
+    w["W_O_HEADS"] = w["W_O"].view(-1, C, H, C // H).transpose(1, 2).reshape(-1, H * C, C // H).contiguous()
+    empty = torch.empty(0, device=w["WTE"].device, dtype=w["WTE"].dtype)
+    return {k: empty if v is None else v.contiguous() for k, v in w.items()}
 
 
 class Megakernel(Static):
@@ -65,10 +44,8 @@ class Megakernel(Static):
         self.grid = torch.cuda.get_device_properties(dev).multi_processor_count
         self.plan = mp.plan(C, H, L, V, W, batch_size, self.grid, self.dtype.itemsize,
                             self.smem_limit or megakernel.shared_memory_limit(dev), self.fused)
-        # one (L, B, H, W, D) buffer per cache; the model's prefill writes its per-layer views
-        self.kc, self.vc = torch.stack(self.k), torch.stack(self.v)
-        self.k, self.v = list(self.kc.unbind(0)), list(self.vc.unbind(0))
-        self.w = restack(model)
+        self.stack_caches()
+        self.w = kernel_weights(model)
         self.packed = mp.pack(self.plan, self.w)
         self.schedule = mp.tensors(self.plan, dev)
         p, D, B = self.plan, C // H, batch_size

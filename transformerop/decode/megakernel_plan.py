@@ -121,9 +121,11 @@ def plan(C: int, H: int, L: int, V: int, W: int, B: int, grid: int, elem: int, s
         HEAD: spread([(v, min(rv, V - v), 0, 0) for v in range(0, V, rv)], top=True),
     }
     p.n_att, p.n_head_tiles = len(p.tiles[ATT]), len(p.tiles[HEAD])
-    p.bias_rows = max(max(sum(t[2] for c, t in p.tiles[QKV] if c == cta) + sum(t[1] for c, t in p.tiles[PROJ]
-                                                                               if c == cta),
-                          sum(t[1] for c, t in p.tiles[FC] if c == cta)) for cta in range(grid))
+    rows = [[0, 0] for _ in range(grid)]  # per CTA: its qkv and proj rows, its fc rows
+    for kind, phase, count in ((QKV, 0, 2), (PROJ, 0, 1), (FC, 1, 1)):
+        for cta, tile in p.tiles[kind]:
+            rows[cta][phase] += tile[count]
+    p.bias_rows = max(max(r) for r in rows)
     # the block products' sums, load_norm's staged vectors, an attention item, the combine's
     # weights, the sampled rows (kernels/megakernel_phases.cuh), then a flag
     p.scratch = 32 * math.ceil(max(THREADS * p.nb, 3 * C, p.split_len + 8 * D + 16, 2 * B * H * p.splits,

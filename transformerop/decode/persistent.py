@@ -4,8 +4,8 @@ step's 2 phases per layer (plus the head and the sample) between grid-wide barri
 the device from the loop's pre-drawn Gumbel noise. The prompt, and the re-prefill when the window
 restarts, go through the model itself into the same static cache (decode/static.py).
 
-Its weights are restacked once, layer-major, when the path is built (one copy of the model's
-weights: the kernel walks the layers by offset); the qkv rows head-major, so that one head's q,
+Its weights are restacked once, layer-major, when the path is built (decode/restack.py: one copy
+of the model's weights, the kernel walks the layers by offset); the qkv rows head-major, so that one head's q,
 k and v are one block of rows, which the head's attention waits on alone."""
 
 import torch
@@ -13,6 +13,7 @@ import torch
 from ..runtime import interpreting
 from .base import check_triton_step, model_device
 from .persistent_plan import by_hand_error, plan
+from .restack import restack
 from .static import Static
 
 MAX_VOCAB = 4096  # the sample phase holds a whole row of logits in one program
@@ -69,31 +70,12 @@ class Persistent(Static):
             raise ValueError(f"decode=persistent samples a whole row of logits in one program: vocabulary "
                              f"{V} > {MAX_VOCAB}; use a decode path that samples outside its kernels")
         self.shape = {"NB": batch_size, "C": C, "H": H, "L": L, "V": V, "W_CACHE": W}
-        # one (L, B, H, W, D) buffer per cache; the model's prefill writes its per-layer views
-        self.kc = torch.stack(self.k)
-        self.vc = torch.stack(self.v)
-        self.k, self.v = list(self.kc.unbind(0)), list(self.vc.unbind(0))
+        self.stack_caches()
         blocks = model.blocks
-
-        def stack(get):
-            return torch.stack([get(b).detach() for b in blocks]).contiguous()
-
-        a, f = (lambda b: b.attn), (lambda b: b.mlp)
-        D = C // H
-        head_major = torch.arange(3 * C, device=dev).view(3, H, D).transpose(0, 1).reshape(-1)  # h: q_h, k_h, v_h
-        self.w = {"W_QKV": stack(lambda b: a(b).c_attn.weight[head_major]), "W_O": stack(lambda b: a(b).c_proj.weight),
-                  "W_FC": stack(lambda b: f(b).c_fc.weight), "W_P2T": stack(lambda b: f(b).c_proj.weight.t()),
-                  "LN1_W": stack(lambda b: b.ln_1.weight), "LN2_W": stack(lambda b: b.ln_2.weight)}
+        self.w = restack(model)
         self.bias, self.ln_bias = cfg.bias, model.ln_f.bias is not None
         dummy = self.w["LN1_W"]  # never read when its flag is off
-        qkv_bias = (lambda b: None if a(b).c_attn.bias is None else a(b).c_attn.bias[head_major])
-        for key, get in (("B_QKV", qkv_bias), ("B_O", lambda b: a(b).c_proj.bias),
-                         ("B_FC", lambda b: f(b).c_fc.bias), ("B_P2", lambda b: f(b).c_proj.bias),
-                         ("LN1_B", lambda b: b.ln_1.bias), ("LN2_B", lambda b: b.ln_2.bias)):
-            self.w[key] = stack(get) if get(blocks[0]) is not None else dummy
-        self.w.update(WTE=model.wte.weight.detach(), WPE=model.wpe.weight.detach(),
-                      LNF_W=model.ln_f.weight.detach(),
-                      LNF_B=model.ln_f.bias.detach() if self.ln_bias else dummy)
+        self.w = {k: dummy if v is None else v for k, v in self.w.items()}
         self.w["FOLD"] = folded_norms(self.w, L, self.bias, self.ln_bias)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count

@@ -34,6 +34,12 @@ class Static(KVCache):
         self.v = [torch.zeros(s, device=device, dtype=dtype) for s in shapes]
         self.slots = torch.arange(W, device=device)
 
+    def stack_caches(self) -> None:
+        """One (L, B, H, W, D) buffer per cache, for a kernel that walks the layers by offset; the
+        model's prefill writes its per-layer views."""
+        self.kc, self.vc = torch.stack(self.k), torch.stack(self.v)
+        self.k, self.v = list(self.kc.unbind(0)), list(self.vc.unbind(0))
+
     def rewind(self):
         self.pos.zero_()  # stale slots beyond pos are masked, so nothing needs clearing
 
