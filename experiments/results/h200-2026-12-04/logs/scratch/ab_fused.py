@@ -21,7 +21,7 @@ for fused in [None, False, None, False]:
     Megakernel.fused = fused
     dec = Decoder(m, "megakernel", 1, 501, temperature=1.0)
     gate = parity(m, dec, prompt, 100, "bfloat16", lambda: torch.Generator(device="cuda").manual_seed(1))
-    stats, _ = timed_generation(dec, prompt, lambda: torch.Generator(device="cuda").manual_seed(1), "cuda")
+    stats, _ = timed_generation(dec, prompt, lambda: torch.Generator(device="cuda").manual_seed(1), torch.device("cuda"))
     key = "fused" if dec.runner.plan.fused else "tiles"
     ms = stats["median_ms"]
     rows.setdefault(key, []).append(round(500 / ms * 1e3))
