@@ -45,8 +45,10 @@ class Megakernel(Static):
         self.plan = mp.plan(C, H, L, V, W, batch_size, self.grid, self.dtype.itemsize,
                             self.smem_limit or megakernel.shared_memory_limit(dev), self.fused)
         self.stack_caches()
-        self.w = kernel_weights(model)
-        self.packed = mp.pack(self.plan, self.w)
+        w = kernel_weights(model)
+        self.packed = mp.pack(self.plan, w)
+        # the matrices now live in the packed streams; the kernel reads only these directly
+        self.w = {k: v for k, v in w.items() if not k.startswith("W_")}
         self.schedule = mp.tensors(self.plan, dev)
         p, D, B = self.plan, C // H, batch_size
 
