@@ -23,8 +23,15 @@
 //
 // Activations are fp32 throughout, in device memory: each step's residual stream in its own set
 // of slots (alternating between two sets, so a slot is zeroed a whole step before it is summed
-// into). Data other CTAs wrote is read through L2 (ld.global.cg), after an acquire of the counter
-// or barrier that published it.
+// into). Every CTA adds its MLP share into the same C floats of a row; 132 CTAs' atomics queued
+// on the same addresses cost about 0.9 us more than a grid barrier alone on the H200, so a slot
+// comes in REPS copies that the CTAs add into by turns, and its reader sums them (one round of
+// loads: the copies cost it little). Data other CTAs wrote is read through L2 (ld.global.cg),
+// after an acquire of the counter or barrier that published it.
+//
+// A CTA's schedule (its record, tiles and blocks) and its tiles' biases for every layer are copied
+// into shared memory at the start: read from global memory where a phase needs them, each was
+// an L2 round trip in that phase's chain, before the products could start.
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -52,6 +59,10 @@ __device__ __forceinline__ void each_block(Ring& ring, const int4* blocks, int& 
   }
 }
 
+// The copies of a stream slot the MLP's CTAs add into: at batch 1 eight, fewer where a CTA's
+// rows already spread its atomics (kernels/megakernel.py sizes the slots by the same rule).
+template <int NB> __host__ __device__ constexpr int reps_for() { return NB >= 8 ? 1 : 8 / NB; }
+
 // bias[nb ..] = vec[first ..] for `rows` rows (null vec: zeros); returns nb + rows.
 template <typename T> __device__ __forceinline__ int load_bias(float* bias, int nb, const T* vec, int first, int rows) {
   for (int r = threadIdx.x; r < rows; r += kConsumers) bias[nb + r] = param(vec, first + r);
@@ -61,22 +72,35 @@ template <typename T> __device__ __forceinline__ int load_bias(float* bias, int 
 template <typename T, int NB>
 __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const int* cta = p.cta + blockIdx.x * kCtaRecord;
+  constexpr int REPS = reps_for<NB>();
+  const int* gcta = p.cta + blockIdx.x * kCtaRecord;
   const int C = p.C, H = p.H, D = C / H, L = p.L, B = p.B;
   Ring ring;
   ring.base = smem;
-  ring.stage = cta[kCtaStage], ring.slots = cta[kCtaSlots], ring.resident = cta[kCtaResident];
-  ring.n_packets = cta[kCtaPackets];
+  ring.stage = gcta[kCtaStage], ring.slots = gcta[kCtaSlots], ring.resident = gcta[kCtaResident];
+  ring.n_packets = gcta[kCtaPackets];
   ring.cur = -1;
   ring.full = reinterpret_cast<uint64_t*>(smem + p.ring_bytes);
   ring.empty = ring.full + kMaxSlots;
   float* xn = reinterpret_cast<float*>(ring.empty + kMaxSlots);  // NB x C: a phase's input
   float* xraw = xn + NB * C;                                   // NB x C: the slot it was made from
   float* u = xraw + NB * C;                                    // NB x rf: an fc tile's hidden units
-  float* bias = u + NB * p.rf;                                 // bias_rows: the phase's tiles' biases
-  float* stats = bias + p.bias_rows;                           // kStats floats
+  float* bias_all = u + NB * p.rf;                             // 2L x bias_rows: each phase's tiles' biases
+  float* stats = bias_all + 2 * L * p.bias_rows;               // kStats floats
   float* scratch = stats + kStats;                             // the products' sums, attention, sampling
   int* flag = reinterpret_cast<int*>(scratch + p.scratch);
+  // the schedule: the record with its tile and block indices made this CTA's own, then its tiles
+  // and its blocks (16-byte aligned after the flag)
+  int* cta = reinterpret_cast<int*>((reinterpret_cast<uintptr_t>(flag + 1) + 15) & ~uintptr_t(15));
+  int4* tiles = reinterpret_cast<int4*>(cta + kCtaRecord);
+  const int tile0 = gcta[kCtaQkv], n_tiles = gcta[kCtaHead] + gcta[kCtaHead + 1] - tile0;
+  int4* blocks = tiles + n_tiles;
+  for (int idx = threadIdx.x; idx < kCtaRecord; idx += kThreads) {
+    const bool first_tile = idx >= kCtaQkv && idx <= kCtaHead && idx % 2 == 0;
+    cta[idx] = gcta[idx] - (first_tile ? tile0 : idx == kCtaBlocks ? gcta[kCtaBlocks] : 0);
+  }
+  for (int idx = threadIdx.x; idx < n_tiles; idx += kThreads) tiles[idx] = p.tiles[tile0 + idx];
+  for (int idx = threadIdx.x; idx < gcta[kCtaNumBlocks]; idx += kThreads) blocks[idx] = p.blocks[gcta[kCtaBlocks] + idx];
   if (threadIdx.x == 0) {
     for (int i = 0; i < ring.slots; ++i) mbar_init(&ring.full[i], 1), mbar_init(&ring.empty[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -90,8 +114,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
   unsigned* count_qkv = p.sync + kSyncCounters;
   unsigned* count_att = count_qkv + L * H;
   const int t0 = static_cast<int>(*p.t_ptr), pos0 = static_cast<int>(*p.pos_ptr);
-  const size_t slot_elems = static_cast<size_t>(B) * C;
-  const size_t set_elems = (2 * L + 1) * slot_elems;  // one step's slots
+  const size_t slot_elems = static_cast<size_t>(B) * C;  // one copy of a slot
+  const size_t slot_stride = REPS * slot_elems;
+  const size_t set_elems = (2 * L + 1) * slot_stride;  // one step's slots
   const T* wte = static_cast<const T*>(p.wte);
   const T* wpe = static_cast<const T*>(p.wpe);
   if (blockIdx.x == 0) {  // the first input: the token the prefill sampled last
@@ -101,11 +126,23 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
       p.x[idx] = f32(wte[token * C + c]) + f32(wpe[static_cast<size_t>(pos0) * C + c]);
     }
   }
-  const int4* tiles = p.tiles;
-  const int4* blocks = p.blocks + cta[kCtaBlocks];
   const int n_qkv = cta[kCtaQkv + 1], n_att = cta[kCtaAtt + 1], n_proj = cta[kCtaProj + 1];
   const int n_fc = cta[kCtaFc + 1], n_head = cta[kCtaHead + 1];
   const bool first = blockIdx.x == 0;  // adds each phase's residual term
+  for (int l = 0; l < L; ++l) {  // every layer's biases of this CTA's tiles, in the order its phases read them
+    float* bias_a = bias_all + 2 * l * p.bias_rows;
+    int nb = 0;
+    for (int q = 0; q < n_qkv; ++q) {
+      const int4 tile = tiles[cta[kCtaQkv] + q];
+      nb = load_bias(bias_a, nb, layer_vec<T>(p.b_qkv, l, 3 * C), tile.x * 3 * D + tile.y, tile.z);
+    }
+    for (int q = 0; q < n_proj; ++q)
+      nb = load_bias(bias_a, nb, layer_vec<T>(p.b_o, l, C), tiles[cta[kCtaProj] + q].x, tiles[cta[kCtaProj] + q].y);
+    nb = 0;
+    for (int q = 0; q < n_fc; ++q)
+      nb = load_bias(bias_a + p.bias_rows, nb, layer_vec<T>(p.b_fc, l, 4 * C), tiles[cta[kCtaFc] + q].x,
+                     tiles[cta[kCtaFc] + q].y);
+  }
   unsigned k = 0;  // grid barriers passed
   for (int i = 0; i < p.n_steps; ++i) {
     const int t = t0 + i, pos = pos0 + i;
@@ -113,27 +150,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
     float* X_next = p.x + ((i + 1) & 1) * set_elems;
     grid_sync(p.sync, ++k, err, p.prof);  // this step's input is in slot 0
     // the other set's slots 1 .. 2L start the next step at zero (the phases add into them)
-    for (size_t idx = blockIdx.x * kConsumers + threadIdx.x; idx < 2 * L * slot_elems; idx += gridDim.x * kConsumers)
-      X_next[slot_elems + idx] = 0.f;
+    for (size_t idx = blockIdx.x * kConsumers + threadIdx.x; idx < 2 * L * slot_stride; idx += gridDim.x * kConsumers)
+      X_next[slot_stride + idx] = 0.f;
     int bi = 0;  // this step's next block
     for (int l = 0; l < L; ++l) {
-      const float* x_l = X + 2 * l * slot_elems;
-      float* x_mid = X + (2 * l + 1) * slot_elems;
-      float* x_out = X + (2 * l + 2) * slot_elems;
-      const T* b_qkv = layer_vec<T>(p.b_qkv, l, 3 * C);
+      const float* x_l = X + 2 * l * slot_stride;
+      float* x_mid = X + (2 * l + 1) * slot_stride;
+      float* x_out = X + (2 * l + 2) * slot_stride;
       const T* b_o = layer_vec<T>(p.b_o, l, C);
-      // A: the biases of this CTA's qkv and proj rows, loaded beside the stream slot
-      int nb = 0;
-      for (int q = 0; q < n_qkv; ++q) {
-        const int4 tile = tiles[cta[kCtaQkv] + q];
-        nb = load_bias(bias, nb, b_qkv, tile.x * 3 * D + tile.y, tile.z);
-      }
-      for (int q = 0; q < n_proj; ++q) nb = load_bias(bias, nb, b_o, tiles[cta[kCtaProj] + q].x, tiles[cta[kCtaProj] + q].y);
+      const float* bias = bias_all + 2 * l * p.bias_rows;  // A: this CTA's qkv rows', then its proj rows'
       if (n_qkv > 0 || n_proj > 0 || (p.fused && first))
-        load_norm<T, NB>(p, x_l, layer_vec<T>(p.ln1_w, l, C), layer_vec<T>(p.ln1_b, l, C), xraw, xn, stats,
+        load_norm<T, NB, REPS>(p, x_l, slot_elems, layer_vec<T>(p.ln1_w, l, C), layer_vec<T>(p.ln1_b, l, C), xraw, xn, stats,
                          scratch, p.fused && first ? x_mid : nullptr, b_o);
       // A: qkv tiles; each counts itself done on its head's counter
-      nb = 0;
+      int nb = 0;
       for (int q = 0; q < n_qkv; ++q) {
         const int4 tile = tiles[cta[kCtaQkv] + q];  // head, first row within the head's 3D, rows
         const int h = tile.x;
@@ -186,11 +216,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
       }
       grid_sync(p.sync, ++k, err, p.prof);  // x_mid is whole
       // M: x_out = x_mid + b_proj2 + sum over the fc tiles of GELU(LN2(x_mid) W_fc^T + b_fc) W_proj2^T
-      const T* b_fc = layer_vec<T>(p.b_fc, l, 4 * C);
-      nb = 0;
-      for (int q = 0; q < n_fc; ++q) nb = load_bias(bias, nb, b_fc, tiles[cta[kCtaFc] + q].x, tiles[cta[kCtaFc] + q].y);
+      bias += p.bias_rows;  // M: this CTA's fc rows'
       if (n_fc > 0 || first)
-        load_norm<T, NB>(p, x_mid, layer_vec<T>(p.ln2_w, l, C), layer_vec<T>(p.ln2_b, l, C), xraw, xn, stats,
+        load_norm<T, NB, 1>(p, x_mid, slot_elems, layer_vec<T>(p.ln2_w, l, C), layer_vec<T>(p.ln2_b, l, C), xraw, xn, stats,
                          scratch, first ? x_out : nullptr, layer_vec<T>(p.b_p2, l, C));
       nb = 0;
       for (int q = 0; q < n_fc; ++q) {
@@ -215,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
 #pragma unroll
           for (int b = 0; b < NB; ++b) {
             if (b >= B) break;
-            float4* dst = reinterpret_cast<float4*>(x_out + b * C + threadIdx.x * 8);
+            float4* dst = reinterpret_cast<float4*>(x_out + (blockIdx.x % REPS) * slot_elems + b * C + threadIdx.x * 8);
             atomicAdd(dst, make_float4(acc[b][0], acc[b][1], acc[b][2], acc[b][3]));
             atomicAdd(dst + 1, make_float4(acc[b][4], acc[b][5], acc[b][6], acc[b][7]));
           }
@@ -226,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
     }
     // the head: logits = LN_f(x_L) wte^T, then the last tile in samples every row
     if (n_head > 0) {
-      load_norm<T, NB>(p, X + 2 * L * slot_elems, static_cast<const T*>(p.lnf_w), static_cast<const T*>(p.lnf_b), xraw,
+      load_norm<T, NB, REPS>(p, X + 2 * L * slot_stride, slot_elems, static_cast<const T*>(p.lnf_w), static_cast<const T*>(p.lnf_b), xraw,
                        xn, stats, scratch, nullptr, static_cast<const T*>(nullptr));
       for (int q = 0; q < n_head; ++q) {
         const int4 tile = tiles[cta[kCtaHead] + q];  // first vocabulary row, rows

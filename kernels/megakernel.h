@@ -42,7 +42,8 @@ struct Params {
   // scratch: fp32
   float* qkv;     // (B, 3C), head-major
   float* part;    // (B, H, splits, D + 4): o, m, l, then two floats of padding
-  float* x;       // (2, 2L + 1, B, C): the residual stream's slots, a set per step parity
+  float* x;       // (2, 2L + 1, reps, B, C): the residual stream's slots, a set per step parity, each
+                  // in `reps` copies that the MLP's CTAs add into by turns (CTA % reps)
   float* logits;  // (total, B, V)
   const float* noise;  // (total, B, V) Gumbel noise, or null (greedy)
   int64_t* out;        // (B, total)
@@ -50,7 +51,7 @@ struct Params {
   unsigned* sync;
   long long* prof;  // globaltimer stamps at every grid barrier, or null
   int n_steps, B, C, H, L, V, W, total;
-  int splits, split_len, tq, n_att, n_head_tiles, rf, scratch, bias_rows, fused;
+  int splits, split_len, tq, n_att, n_head_tiles, rf, scratch, bias_rows, fused, reps;
   int ring_bytes;  // the ring's share of shared memory; its mbarriers follow
   float eps, scale, temperature;
   int top_k, greedy;

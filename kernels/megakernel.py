@@ -24,10 +24,11 @@ const void* opt(const torch::Tensor& t) { return t.numel() ? t.data_ptr() : null
 // tensors: cta, blocks, tiles, packed, wte, wpe, ln1_w, ln1_b, ln2_w, ln2_b, lnf_w, lnf_b, b_qkv,
 // b_o, b_fc, b_p2, kc, vc, qkv, part, x, logits, noise, out, t, pos, sync, prof (an empty tensor:
 // none); ints: n_steps, B, C, H, L, V, W, total, splits, split_len, tq, n_att, n_head_tiles, rf,
-// scratch, ring_bytes, top_k, greedy, nb, grid, smem, bias_rows, fused; floats: eps, scale,
+// scratch, ring_bytes, top_k, greedy, nb, grid, smem, bias_rows, fused, reps; floats: eps, scale,
 // temperature
 void run(std::vector<torch::Tensor> t, std::vector<int64_t> i, std::vector<double> f) {
-  TORCH_CHECK(t.size() == 28 && i.size() == 23 && f.size() == 3, "megakernel.run: wrong argument counts");
+  TORCH_CHECK(t.size() == 28 && i.size() == 24 && f.size() == 3, "megakernel.run: wrong argument counts");
+  TORCH_CHECK(i[23] == (i[18] >= 8 ? 1 : 8 / i[18]), "megakernel.run: the slots' copies do not match the kernel's rule");
   for (auto& x : t) TORCH_CHECK(!x.numel() || (x.is_cuda() && x.is_contiguous()), "megakernel.run: CUDA tensors only");
   const bool bf16 = t[4].scalar_type() == torch::kBFloat16;
   mk::Params p{};
@@ -48,7 +49,7 @@ void run(std::vector<torch::Tensor> t, std::vector<int64_t> i, std::vector<doubl
   p.n_steps = i[0], p.B = i[1], p.C = i[2], p.H = i[3], p.L = i[4], p.V = i[5], p.W = i[6], p.total = i[7];
   p.splits = i[8], p.split_len = i[9], p.tq = i[10], p.n_att = i[11], p.n_head_tiles = i[12], p.rf = i[13];
   p.scratch = i[14], p.ring_bytes = i[15], p.top_k = i[16], p.greedy = i[17];
-  p.bias_rows = i[21], p.fused = i[22];
+  p.bias_rows = i[21], p.fused = i[22], p.reps = i[23];
   p.eps = f[0], p.scale = f[1], p.temperature = f[2];
   const c10::cuda::CUDAGuard guard(t[4].device());
   const cudaError_t e = mk::launch(p, bf16, int(i[18]), int(i[19]), size_t(i[20]), c10::cuda::getCurrentCUDAStream());

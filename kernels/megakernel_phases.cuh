@@ -17,12 +17,13 @@ constexpr int kMaxBatch = 8;
 constexpr int kStats = 2 * kConsumerWarps * kMaxBatch;  // floats of load_norm's row sums
 
 // xraw = the stream slot (B rows of C, zero rows up to NB) and xn = its LayerNorm (g, beta), from
-// one round of loads (thread i owns columns i, i + 256, ...). With fold_into, also adds the slot
-// plus fold_bias into fold_into (the residual term of the phase's output, once, by one CTA).
+// one round of loads (thread i owns columns i, i + 256, ...); the slot is the sum of its first
+// REPS copies, `rep_stride` floats apart. With fold_into, also adds the slot plus fold_bias into
+// fold_into (the residual term of the phase's output, once, by one CTA).
 // stats: 2 * kConsumerWarps * NB floats; stage: 3C floats.
-template <typename T, int NB>
-__device__ void load_norm(const Params& p, const float* slot, const T* g, const T* beta, float* xraw, float* xn,
-                          float* stats, float* stage, float* fold_into, const T* fold_bias) {
+template <typename T, int NB, int REPS>
+__device__ void load_norm(const Params& p, const float* slot, size_t rep_stride, const T* g, const T* beta,
+                          float* xraw, float* xn, float* stats, float* stage, float* fold_into, const T* fold_bias) {
   const int C = p.C, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float v[NB][kMaxColumns];
 #pragma unroll
@@ -33,6 +34,10 @@ __device__ void load_norm(const Params& p, const float* slot, const T* g, const 
     const float fj = ok && fold_into ? param(fold_bias, c) : 0.f;
 #pragma unroll
     for (int b = 0; b < NB; ++b) v[b][j] = ok && b < p.B ? __ldcg(slot + b * C + c) : 0.f;
+#pragma unroll
+    for (int r = 1; r < REPS; ++r)  // the copies the MLP's CTAs added into (zero where none did)
+#pragma unroll
+      for (int b = 0; b < NB; ++b) v[b][j] += ok && b < p.B ? __ldcg(slot + r * rep_stride + b * C + c) : 0.f;
     if (ok) stage[c] = gj, stage[C + c] = bj, stage[2 * C + c] = fj;
   }
   float mean[NB], rstd[NB];

@@ -57,7 +57,7 @@ class Megakernel(Static):
 
         # the attention shares: D + 4 floats each (kernels/megakernel_phases.cuh: share_floats)
         self.qkv, self.part = scratch(B, 3 * C), scratch(B * H * p.splits * (D + 4))
-        self.x = scratch(2, 2 * L + 1, B, C)
+        self.x = scratch(2, 2 * L + 1, p.reps, B, C)  # a set of slots per step parity, each in reps copies
         self.sync = scratch(sync_ints(L, H), dtype=torch.int32)
         self.none = torch.empty(0, device=dev)
         self.logits = None  # (total, B, V) fp32, a row of logits per output column; sized on the first run
@@ -85,7 +85,7 @@ class Megakernel(Static):
                    noise if noise is not None and not greedy else self.none, out, t, self.pos, self.sync, prof]
         ints = [n, self.batch_size, p.C, p.H, p.L, p.V, p.W, total, p.splits, p.split_len, p.tq, p.n_att,
                 p.n_head_tiles, p.rf, p.scratch, p.ring, int(top_k or 0), int(greedy), p.nb, p.grid, p.smem,
-                p.bias_rows, int(p.fused)]
+                p.bias_rows, int(p.fused), p.reps]
         self.ext.run(tensors, ints, [self.eps, self.scale, 1.0 if greedy else float(temperature)])
         return self.logits
 

@@ -56,6 +56,8 @@ class Plan:
     rf: int = 0  # hidden units of an fc tile (at most)
     fused: bool = False  # the attention items do the projection (batch 1)
     bias_rows: int = 0  # the most rows of biases a CTA's tiles of one phase take
+    reps: int = 1  # copies of a stream slot the MLP's CTAs add into by turns (kernels/megakernel.cu: reps_for)
+    sched: int = 0  # bytes of shared memory for a CTA's copy of its record, tiles and blocks
     n_att: int = 0
     n_head_tiles: int = 0
     scratch: int = 0  # floats
@@ -103,6 +105,7 @@ def plan(C: int, H: int, L: int, V: int, W: int, B: int, grid: int, elem: int, s
     p = Plan(C, H, L, V, W, B, grid, elem)
     D = C // H
     p.nb = pow2(B)
+    p.reps = max(1, 8 // p.nb)
     rq = math.ceil(3 * D / max(1, grid // H))
     p.tq = math.ceil(3 * D / rq)
     p.fused = B == 1 if fused is None else fused
@@ -130,15 +133,22 @@ def plan(C: int, H: int, L: int, V: int, W: int, B: int, grid: int, elem: int, s
     # weights, the sampled rows (kernels/megakernel_phases.cuh), then a flag
     p.scratch = 32 * math.ceil(max(THREADS * p.nb, 3 * C, p.split_len + 8 * D + 16, 2 * B * H * p.splits,
                                    2 * B * V) / 32)
-    fixed = 4 * (2 * p.nb * C + p.nb * p.rf + p.bias_rows + STATS + p.scratch + 32)
-    p.ring = (smem_limit - fixed - 16 * MAX_SLOTS - 256) // 128 * 128
-    p.stage = STAGE if p.ring >= 4 * STAGE else p.ring // 4 // 16 * 16
-    p.slots = min(MAX_SLOTS, p.ring // max(1, p.stage))
-    if p.stage < C * elem or p.slots < 2:
-        raise ValueError(f"model.n_embd={C} at batch {B}: the megakernel's weight ring needs two slots of at "
-                         f"least one weight row ({C * elem} bytes); {p.ring} bytes of shared memory are left")
-    p.smem = p.ring + 16 * MAX_SLOTS + fixed
-    _lay_out(p)
+    # every layer's biases of a CTA's tiles (2L phases), the block products' sums, load_norm's
+    # staged vectors, an attention item, the combine's weights, the sampled rows
+    fixed = 4 * (2 * p.nb * C + p.nb * p.rf + 2 * L * p.bias_rows + STATS + p.scratch + 32)
+    while True:  # the schedule's copy depends on the blocks, which depend on the ring it shrinks
+        p.ring = (smem_limit - fixed - p.sched - 16 * MAX_SLOTS - 256) // 128 * 128
+        p.stage = STAGE if p.ring >= 4 * STAGE else p.ring // 4 // 16 * 16
+        p.slots = min(MAX_SLOTS, p.ring // max(1, p.stage))
+        if p.stage < C * elem or p.slots < 2:
+            raise ValueError(f"model.n_embd={C} at batch {B}: the megakernel's weight ring needs two slots of at "
+                             f"least one weight row ({C * elem} bytes); {p.ring} bytes of shared memory are left")
+        _lay_out(p)
+        need = 16 + 4 * CTA_RECORD + 16 * max(r[HEAD] + r[HEAD + 1] - r[QKV] + r[14] for r in p.cta)
+        if need <= p.sched:
+            break
+        p.sched = need
+    p.smem = p.ring + 16 * MAX_SLOTS + fixed + p.sched
     return p
 
 
@@ -164,7 +174,8 @@ def _walk(p: Plan, cta: int):
 
 def _lay_out(p: Plan) -> None:
     """The blocks of every CTA's stream: where each lies (packet, offset), its rows and source;
-    the CTA records and the tile list the kernel reads."""
+    the CTA records and the tile list the kernel reads (laid out afresh on every call)."""
+    p.blocks, p.sources, p.cta, p.tile_list, p.stream_bytes = [], [], [], [], []
     source = 0  # where this CTA's stream starts in the packed buffer, bytes
     resident = 0
     for cta in range(p.grid):
