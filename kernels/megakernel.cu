@@ -1,13 +1,13 @@
 // decode=megakernel: every decode step of a run -- every layer of every token, the logits and the
 // sampling -- in ONE launch of one CTA per SM, in CUDA.
 //
-// Each CTA has a producer warp and eight consumer warps. The weights do not depend on the
-// activations, so the producer streams its CTA's share of them (packed by the host into one
-// contiguous stream, in the order the consumers use them: decode/megakernel_plan.py) through a
-// ring of shared-memory slots with bulk copies, as far ahead as the ring allows, across the grid
-// barriers that stop the consumers. Where a CTA's whole stream fits the ring (the seed GPT in
-// bf16), it is loaded once per launch and stays. The consumers do the math from shared memory and
-// wait only on activations:
+// Each CTA has eight warps. The weights do not depend on the activations, so the CTA's share of
+// them (packed by the host into one contiguous stream, in the order the threads use them:
+// decode/megakernel_plan.py) streams through a ring of shared-memory slots with bulk copies, as
+// many packets ahead as the ring has slots, across the grid barriers: a slot is refilled as soon
+// as it is freed. Where a CTA's whole stream fits the ring (the seed GPT in bf16), it is loaded
+// once per launch and stays. The threads do the math from shared memory and wait only on
+// activations:
 //
 //   per layer  A  qkv tiles (LN1 x, rows of W_qkv; k, v into the cache) -> a counter per head
 //                 attention items (row, head, split of the cache) -> one counter per layer
@@ -78,11 +78,12 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
   Ring ring;
   ring.base = smem;
   ring.stage = gcta[kCtaStage], ring.slots = gcta[kCtaSlots], ring.resident = gcta[kCtaResident];
-  ring.n_packets = gcta[kCtaPackets];
+  ring.n_packets = gcta[kCtaPackets], ring.last_bytes = gcta[kCtaLastBytes];
+  ring.src = p.packed + static_cast<size_t>(gcta[kCtaSource]) * 16;
+  ring.total = ring.n_packets == 0 ? 0 : ring.resident ? 1 : static_cast<long long>(p.n_steps) * ring.n_packets;
   ring.cur = -1;
   ring.full = reinterpret_cast<uint64_t*>(smem + p.ring_bytes);
-  ring.empty = ring.full + kMaxSlots;
-  float* xn = reinterpret_cast<float*>(ring.empty + kMaxSlots);  // NB x C: a phase's input
+  float* xn = reinterpret_cast<float*>(ring.full + 2 * kMaxSlots);  // NB x C: a phase's input
   float* xraw = xn + NB * C;                                   // NB x C: the slot it was made from
   float* u = xraw + NB * C;                                    // NB x rf: an fc tile's hidden units
   float* bias_all = u + NB * p.rf;                             // 2L x bias_rows: each phase's tiles' biases
@@ -102,14 +103,11 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
   for (int idx = threadIdx.x; idx < n_tiles; idx += kThreads) tiles[idx] = p.tiles[tile0 + idx];
   for (int idx = threadIdx.x; idx < gcta[kCtaNumBlocks]; idx += kThreads) blocks[idx] = p.blocks[gcta[kCtaBlocks] + idx];
   if (threadIdx.x == 0) {
-    for (int i = 0; i < ring.slots; ++i) mbar_init(&ring.full[i], 1), mbar_init(&ring.empty[i], 1);
+    for (int i = 0; i < ring.slots; ++i) mbar_init(&ring.full[i], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fill_first(ring);
   }
   __syncthreads();
-  if (threadIdx.x >= kConsumers) {  // the producer warp: one lane streams the CTA's weights
-    if (threadIdx.x == kConsumers) produce(p, cta, ring);
-    return;
-  }
   unsigned* err = p.sync + 2;
   unsigned* count_qkv = p.sync + kSyncCounters;
   unsigned* count_att = count_qkv + L * H;
@@ -285,7 +283,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_run(const Params p) {
 
 // n empty grid barriers: what one costs on this grid (program 0's stamps in prof).
 __global__ void __launch_bounds__(kThreads, 1) barrier_run(unsigned* sync, long long* prof, int n) {
-  if (threadIdx.x >= kConsumers) return;
   for (int k = 1; k <= n; ++k) grid_sync(sync, k, sync + 2, prof);
 }
 

@@ -1,6 +1,6 @@
 // decode=megakernel's synchronisation: the PTX it needs (mbarriers, bulk copies, acquire loads),
-// the waits on counters and the grid barrier between the consumer warps of every CTA, and the
-// weight ring between a CTA's producer warp and its consumers.
+// the waits on counters and the grid barrier between the CTAs, and the weight ring: slots of
+// shared memory that bulk copies fill while the threads work on the slots before them.
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -10,9 +10,14 @@
 
 namespace mk {
 
+// Eight warps, every one working on the math: a ninth warp (a producer streaming the weights)
+// put three warps on one of the SM's four register-file partitions, which capped a thread at 168
+// registers and spilled the products' registers to local memory -- out of an L1 that shared
+// memory leaves small, so to L2. Bulk copies need no warp of their own: the thread that frees a
+// slot issues the copy that refills it.
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = 32 * kConsumerWarps;
-constexpr int kThreads = kConsumers + 32;  // the last warp is the producer
+constexpr int kThreads = kConsumers;
 constexpr int kPiece = 32768;              // bytes of one bulk copy
 constexpr long long kTimeoutNs = 10000000000LL;  // a wait this long is a deadlock: report and trap
 constexpr float kLog2e = 1.4426950408889634f;
@@ -28,8 +33,11 @@ __device__ __forceinline__ long long globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__device__ __forceinline__ void consumer_sync() {  // the consumer warps only: the producer runs free
+__device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async() {  // the threads' reads of a slot before a bulk copy rewrites it
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
@@ -37,9 +45,6 @@ __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, unsigned parity) {
   unsigned done;
@@ -123,45 +128,46 @@ __device__ void grid_sync(unsigned* bar, unsigned k, unsigned* err, long long* p
 
 struct Ring {
   uint8_t* base;
-  uint64_t* full;
-  uint64_t* empty;
-  int stage, slots, resident, n_packets;
-  long long cur;  // the packet (sequence number over the run) the consumers hold, -1 before the first
+  uint64_t* full;  // a slot's copy has landed (one mbarrier a slot; its phase flips with each fill)
+  const uint8_t* src;  // the CTA's stream in global memory
+  int stage, slots, resident, n_packets, last_bytes;
+  long long total;  // packets over the run (resident: the one)
+  long long cur;  // the packet (sequence number over the run) the threads hold, -1 before the first
 };
 
+// Thread 0: packet seq of the run (the stream repeats every step) into its slot.
+__device__ void fill(Ring& ring, long long seq) {
+  const int slot = static_cast<int>(seq % ring.slots), q = static_cast<int>(seq % ring.n_packets);
+  const int bytes = q == ring.n_packets - 1 ? ring.last_bytes : ring.stage;
+  mbar_expect_tx(&ring.full[slot], bytes);
+  for (int off = 0; off < bytes; off += kPiece)
+    bulk_copy(ring.base + static_cast<size_t>(slot) * ring.stage + off, ring.src + static_cast<size_t>(q) * ring.stage + off,
+              min(kPiece, bytes - off), &ring.full[slot]);
+}
+
+// Thread 0, at the start: the first `slots` packets on their way.
+__device__ void fill_first(Ring& ring) {
+  for (long long seq = 0; seq < min(static_cast<long long>(ring.slots), ring.total); ++seq) fill(ring, seq);
+}
+
 // The shared-memory address of a block at `offset` in packet `packet` of step `step`: moving to a
-// new packet hands the one held back to the producer and waits for the new one to land.
+// new packet frees the one held -- thread 0 refills its slot with the packet `slots` ahead -- and
+// waits for the new one to land.
 __device__ const uint8_t* ring_block(Ring& ring, int step, int packet, int offset, unsigned* err) {
   const long long seq = ring.resident ? 0 : static_cast<long long>(step) * ring.n_packets + packet;
   if (seq != ring.cur) {
     if (!ring.resident && ring.cur >= 0) {
-      consumer_sync();  // every consumer is done with the held packet
-      if (threadIdx.x == 0) mbar_arrive(&ring.empty[ring.cur % ring.slots]);
+      consumer_sync();  // every thread is done with the held packet
+      if (threadIdx.x == 0 && ring.cur + ring.slots < ring.total) {
+        fence_proxy_async();
+        fill(ring, ring.cur + ring.slots);
+      }
     }
     mbar_wait(&ring.full[seq % ring.slots], ring.resident ? 0u : static_cast<unsigned>((seq / ring.slots) & 1), err,
               2);
     ring.cur = seq;
   }
   return ring.base + (seq % ring.slots) * ring.stage + offset;
-}
-
-__device__ void produce(const Params& p, const int* cta, Ring& ring) {
-  const int np = cta[kCtaPackets];
-  if (np == 0) return;
-  const uint8_t* src = p.packed + static_cast<size_t>(cta[kCtaSource]) * 16;
-  const int steps = ring.resident ? 1 : p.n_steps;
-  long long seq = 0;
-  for (int step = 0; step < steps; ++step) {
-    for (int q = 0; q < np; ++q, ++seq) {
-      const int slot = static_cast<int>(seq % ring.slots);
-      if (seq >= ring.slots) mbar_wait(&ring.empty[slot], static_cast<unsigned>((seq / ring.slots - 1) & 1), p.sync + 2, 3);
-      const int bytes = q == np - 1 ? cta[kCtaLastBytes] : ring.stage;
-      mbar_expect_tx(&ring.full[slot], bytes);
-      for (int off = 0; off < bytes; off += kPiece)
-        bulk_copy(ring.base + static_cast<size_t>(slot) * ring.stage + off, src + static_cast<size_t>(q) * ring.stage + off,
-                  min(kPiece, bytes - off), &ring.full[slot]);
-    }
-  }
 }
 
 }  // namespace mk
