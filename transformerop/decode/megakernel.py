@@ -1,6 +1,6 @@
 """decode=megakernel: every decode step up to the window's end in one launch of a CUDA kernel
-(kernels/megakernel.cu) -- one CTA per SM, a producer warp streaming the CTA's weights into shared
-memory ahead of the consumers, which wait only on the activations (counters and grid barriers),
+(kernels/megakernel.cu) -- one CTA per SM, bulk copies streaming the CTA's weights into shared
+memory ahead of its threads, which wait only on the activations (counters and grid barriers),
 sampling on the device from the loop's pre-drawn Gumbel noise. The prompt, and the re-prefill
 when the window restarts, go through the model itself into the same static cache
 (decode/static.py). The schedule and the weight streams come from the shape

@@ -1,5 +1,5 @@
 """the megakernel's schedule, from the shape: which CTA does which tile of each phase, and the
-weight stream each CTA's producer warp copies into shared memory (kernels/megakernel.cu).
+weight stream each CTA's bulk copies bring into shared memory (kernels/megakernel.cu).
 
 Every phase spreads its work over the grid, one tile a CTA where there are enough:
   qkv    tq tiles a head (a head's q, k and v rows: its attention waits on that head alone)
@@ -18,14 +18,14 @@ into by a thread per 8 columns, stay row-major.
 
 Where every CTA's stream fits the ring that shared memory leaves, it is loaded once a launch
 and stays (resident); else the ring is cut into slots of `stage` bytes, the stream into packets
-of that size -- no block straddles two -- and the producer copies packet after packet into the
+of that size -- no block straddles two -- and the CTA copies packet after packet into the
 next free slot, step after step."""
 import math
 from dataclasses import dataclass, field
 
 import torch
 
-THREADS = 256  # the consumer threads of a CTA (kernels/megakernel.cu: kConsumers)
+THREADS = 256  # the threads of a CTA (kernels/megakernel.cu: kConsumers)
 MAX_ROWS = 256  # rows of a block: one thread each at most
 MAX_BATCH = 8
 STAGE = 32 << 10  # a streaming slot's bytes, where shared memory leaves room for four
