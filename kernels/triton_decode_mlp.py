@@ -34,7 +34,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr,
          ADD_ONCE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, DOT: tl.constexpr,
          PREC: tl.constexpr, STAGES: tl.constexpr, SPAN: tl.constexpr, PRE_FC: tl.constexpr,
-         PRE_P2: tl.constexpr):
+         PRE_P2: tl.constexpr, REPS: tl.constexpr):
     """The whole MLP in one phase: each program takes tiles of SPAN hidden units (_tile_rows),
     h = GELU(LN2(X) W_fc^T (+b)) for them (X: the stream slot x +
     attention), and adds their share h W_proj2[:, units]^T into the next slot XM with fp32
@@ -46,16 +46,18 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
     in registers and adds them once, where every tile's own add would pile as many atomics onto
     the same C addresses as there are tiles in the grid. PRE_FC, PRE_P2: each tile's first chunk
     of W_fc, of W_P2T, multiplied before the pipelined loop over the others (the program's first
-    tile's loaded at the barrier: wfc_pre, wp2_pre; _matvec's PRE)."""
+    tile's loaded at the barrier: wfc_pre, wp2_pre; _matvec's PRE). The shares go into copy
+    pid % REPS of XM (kernels/triton_decode_stream.py), the fold into its first."""
     rows = tl.arange(0, B_PAD)
     row_ok = rows < NB
     XS += pid * NB * C
+    XA = XM + (pid % REPS) * NB * C  # the copy of XM this program's shares go into
     tl.static_assert(ONE or not AHEAD or BC == BK)
     tl.static_assert(not (PRE_FC or PRE_P2) or not (ONE or AHEAD))  # those load their chunks their own way
     tl.static_assert(SPAN <= BN)  # a tile's rows are masked within its BN, never past it
     WHOLE: tl.constexpr = BK >= C and not ONE
     mean, rstd, x_whole = _phase_input(X, XM, FOLD_B, pid == 0, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE, WHOLE,
-                                       FOLD, HAS_BIAS, HAS_LN_B, STAGES)
+                                       FOLD, HAS_BIAS, HAS_LN_B, STAGES, 1)
     w_next = wfc_pre
     tiles: tl.constexpr = (4 * C + SPAN - 1) // SPAN
     tl.static_assert(not ADD_ONCE or (BC >= C and not DOT))
@@ -71,12 +73,12 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
             w = _first_chunk(wfc_pre, tile == pid, W_FC, r0, r_end, C, BN, BK)
             x, s1, s2 = _tile_input(0, x_whole, s1, s2, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0),
                                     tile == pid, tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE,
-                                    WHOLE, FOLD, HAS_BIAS, HAS_LN_B)
+                                    WHOLE, FOLD, HAS_BIAS, HAS_LN_B, 1)
             acc = _product(acc, w, x, DOT, PREC)
         for k0 in tl.range(PRE_FC * BK, C, BK, num_stages=STAGES):
             x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0),
                                     tile == pid, tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE,
-                                    WHOLE, FOLD, HAS_BIAS, HAS_LN_B)
+                                    WHOLE, FOLD, HAS_BIAS, HAS_LN_B, 1)
             if ONE:
                 w = wfc_pre
             elif AHEAD:  # next: this tile's next chunk of W_fc, or its first of W_P2T
@@ -92,7 +94,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
         h = 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))  # exact (erf) GELU, as F.gelu
         if PRE_P2:
             w2 = _first_chunk(wp2_pre, tile == pid, W_P2T, r0, r_end, C, BN, BC)
-            total = _share(XM, h, w2, 0, total, NB, C, B_PAD, BC, ADD_ONCE, DOT, PREC)
+            total = _share(XA, h, w2, 0, total, NB, C, B_PAD, BC, ADD_ONCE, DOT, PREC)
         for c0 in tl.range(PRE_P2 * BC, C, BC, num_stages=STAGES):
             if ONE:
                 w2 = wp2_pre
@@ -105,8 +107,8 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
                     w_next = _block(W_FC, r1, r1_end, 0, C, C, BN, BK)
             else:
                 w2 = _block(W_P2T, r0, r_end, c0, C, C, BN, BC)
-            total = _share(XM, h, w2, c0, total, NB, C, B_PAD, BC, ADD_ONCE, DOT, PREC)
+            total = _share(XA, h, w2, c0, total, NB, C, B_PAD, BC, ADD_ONCE, DOT, PREC)
     if ADD_ONCE and pid < tiles:  # the program's tiles' shares, summed in registers: one atomic add a column
         offs_c = tl.arange(0, BC)
-        tl.atomic_add(XM + rows[:, None] * C + offs_c[None, :], total, mask=row_ok[:, None] & (offs_c < C)[None, :],
+        tl.atomic_add(XA + rows[:, None] * C + offs_c[None, :], total, mask=row_ok[:, None] & (offs_c < C)[None, :],
                       sem="relaxed", scope="gpu")

@@ -157,8 +157,9 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
             H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, SPAN: tl.constexpr,
             BK: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr, HAS_BIAS: tl.constexpr,
             HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr, QKV: tl.constexpr, DOT: tl.constexpr,
-            PREC: tl.constexpr, STAGES: tl.constexpr, PRE: tl.constexpr):
-    """OUT[b, n] = LN(X[b]) . W[n, :] (+ BIAS[n]) for every row b < NB of the stream slot X, over
+            PREC: tl.constexpr, STAGES: tl.constexpr, PRE: tl.constexpr, REPS: tl.constexpr):
+    """OUT[b, n] = LN(X[b]) . W[n, :] (+ BIAS[n]) for every row b < NB of the stream slot X (the sum
+    of its REPS copies), over
     this program's tiles of BN outputs (w_pre: its first chunk, when ONE, AHEAD or PRE; U: FOLD's
     u and c, kernels/triton_decode_stream.py). PRE: each tile's first chunk is multiplied before
     the pipelined loop over the others -- the program's first tile's from w_pre, loaded at the
@@ -175,7 +176,7 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
     tl.static_assert(not PRE or not (ONE or AHEAD))  # those load their chunks their own way
     tl.static_assert(SPAN <= BN)  # a tile's rows are masked within its BN, never past it
     mean, rstd, x_whole = _phase_input(X, NXT, FOLD_B, (pid == 0) * QKV, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE,
-                                       WHOLE, FOLD, HAS_BIAS, HAS_LN_B, STAGES)
+                                       WHOLE, FOLD, HAS_BIAS, HAS_LN_B, STAGES, REPS)
     w_next = w_pre
     for tile in range(pid, tiles, nprog):
         r0, r_end = _tile_rows(tile, N, GROUP, SPAN)
@@ -189,12 +190,12 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
             w = _first_chunk(w_pre, tile == pid, W, r0, r_end, K, BN, BK)
             x, s1, s2 = _tile_input(0, x_whole, s1, s2, mean, rstd, X, NXT, FOLD_B, fold, tile == pid,
                                     tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, WHOLE, FOLD,
-                                    HAS_BIAS, HAS_LN_B)
+                                    HAS_BIAS, HAS_LN_B, REPS)
             acc = _product(acc, w, x, DOT, PREC)
         for k0 in tl.range(PRE * BK, K, BK, num_stages=STAGES):  # STAGES chunks of W in flight
             x, s1, s2 = _tile_input(k0, x_whole, s1, s2, mean, rstd, X, NXT, FOLD_B, fold, tile == pid,
                                     tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, WHOLE, FOLD,
-                                    HAS_BIAS, HAS_LN_B)
+                                    HAS_BIAS, HAS_LN_B, REPS)
             if ONE:
                 w = w_pre
             elif AHEAD:
@@ -230,10 +231,11 @@ def _wait(CNT, target):
 def _sample_embed(pid, nprog, LOGITS, NOISE, OUT, t, WTE, WPE, STREAM, pos_next, temperature, top_k,
                   NB: tl.constexpr, V: tl.constexpr, C: tl.constexpr, L: tl.constexpr, TOTAL: tl.constexpr,
                   W_CACHE: tl.constexpr, VP: tl.constexpr, CP: tl.constexpr, CH: tl.constexpr,
-                  GREEDY: tl.constexpr, TOP_K: tl.constexpr):
+                  GREEDY: tl.constexpr, TOP_K: tl.constexpr, REPS: tl.constexpr):
     """Row b's token for column t (decode/sampling.py's rule: greedy, or Gumbel-max over
     logits / temperature with everything below the k-th largest dropped), then the next step's
-    input, stream slot 0 = wte[token] + wpe[pos_next]; the other slots start again from zero."""
+    input, stream slot 0 = wte[token] + wpe[pos_next]; the other slots (and every slot's REPS
+    copies) start again from zero."""
     offs_v = tl.arange(0, VP)
     v_ok = offs_v < V
     offs_c = tl.arange(0, CP)
@@ -258,6 +260,7 @@ def _sample_embed(pid, nprog, LOGITS, NOISE, OUT, t, WTE, WPE, STREAM, pos_next,
         x = tl.load(WTE + token * C + offs_c, mask=ok, other=0.0).to(tl.float32) + \
             tl.load(WPE + pos_next * C + offs_c, mask=ok, other=0.0).to(tl.float32)
         tl.store(STREAM + b * C + offs_c, x, mask=ok)
-    for z0 in range(pid * CP, 2 * L * NB * C, nprog * CP):
+    ZEROS: tl.constexpr = ((2 * L + 1) * REPS - 1) * NB * C  # everything after slot 0's first copy
+    for z0 in range(pid * CP, ZEROS, nprog * CP):
         offs_z = z0 + offs_c
-        tl.store(STREAM + NB * C + offs_z, tl.zeros([CP], dtype=tl.float32), mask=offs_z < 2 * L * NB * C)
+        tl.store(STREAM + NB * C + offs_z, tl.zeros([CP], dtype=tl.float32), mask=offs_z < ZEROS)

@@ -1,15 +1,21 @@
 """The residual stream of kernels/triton_persistent.py, as its phases read it.
 
-The stream lives in one fp32 buffer of 2L + 1 slots, (2L + 1, NB, C). Phase p of a step (layer
-l's attn phase is 2l, its mlp phase 2l + 1) reads slot p whole and adds into slot p + 1, with
-atomics, its programs' shares of its output:
+The stream lives in one fp32 buffer of 2L + 1 slots, each in REPS copies, (2L + 1, REPS, NB, C).
+Phase p of a step (layer l's attn phase is 2l, its mlp phase 2l + 1) reads slot p whole and adds
+into slot p + 1, with atomics, its programs' shares of its output:
 
     slot 0        x_0 = wte[token] + wpe[pos]                (the sample phase writes it)
     slot 2l + 1   x_l + attention_l + b_proj                 (the MLP's input)
     slot 2l + 2   x_(l+1) = slot 2l + 1 + mlp_l + b_proj2      (the next layer's input; the head reads slot 2L)
 
-The residual term itself, slot p (+ the bias of phase p's output), is one more share of slot
-p + 1, which one program adds ("folds") as it reads slot p. So each phase reads one part of the
+Every program of the MLP adds its share into the same C floats of a row, and atomics queued on
+the same addresses from every SM cost about 1 us more a phase than the barrier alone on the H200
+(experiments/results/h200-2026-12-04b); so the MLP's programs add into the REPS copies of its
+slot by turns (program % REPS) and a reader of an even slot sums its copies, in one round of
+loads. The attention's slots (odd) take few adds an address and are read as one copy (REPS=1
+for their reader); copies nobody adds into stay zero. The residual term itself, slot p (+ the
+bias of phase p's output), is one more share of slot p + 1, which one program adds ("folds") as
+it reads slot p. So each phase reads one part of the
 stream, not the three it would otherwise sum, and needs no phase in between to gather it. Slots
 1..2L are zeroed again in the sample phase, after their last reader. A phase of several tiles
 or chunks reads its slot once a program, into XS, its own copy (_stats), and its tiles read
@@ -36,15 +42,18 @@ SLOT = tl.constexpr(2)
 
 @triton.jit
 def _stream(k0, X, NXT, FOLD_B, fold, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr,
-            HAS_BIAS: tl.constexpr):
-    """Columns k0..k0+BK of the stream slot X (NB, K), zero outside its rows; with `fold` also
-    adds them (+ FOLD_B, the bias of the phase's output) into NXT, the next slot."""
+            HAS_BIAS: tl.constexpr, REPS: tl.constexpr):
+    """Columns k0..k0+BK of the stream slot X (NB, K), the sum of its first REPS copies, zero
+    outside its rows; with `fold` also adds them (+ FOLD_B, the bias of the phase's output) into
+    NXT, the next slot's first copy."""
     rows = tl.arange(0, B_PAD)
     offs_k = k0 + tl.arange(0, BK)
     k_ok = offs_k < K
     ok = (rows < NB)[:, None] & k_ok[None, :]
     at = rows[:, None] * K + offs_k[None, :]
     x = tl.load(X + at, mask=ok, other=0.0, cache_modifier=".cg")
+    for r in tl.static_range(1, REPS):  # the copies the MLP's programs added into by turns
+        x += tl.load(X + r * NB * K + at, mask=ok, other=0.0, cache_modifier=".cg")
     f_ok = k_ok & (offs_k * 0 + fold > 0)  # the flag as a tensor: it is a plain int under the interpreter
     share = x
     if HAS_BIAS:
@@ -56,7 +65,7 @@ def _stream(k0, X, NXT, FOLD_B, fold, NB: tl.constexpr, K: tl.constexpr, B_PAD: 
 @triton.jit
 def _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB: tl.constexpr, K: tl.constexpr,
                   B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  HAS_LN_B: tl.constexpr):
+                  HAS_LN_B: tl.constexpr, REPS: tl.constexpr):
     """LayerNorm of a chunk of the stream. With ONE the chunk is the whole row: it is loaded from
     the slot X here (and folded into NXT with `fold`), and the statistics come from it.
     Otherwise the chunk comes from XS, this program's own copy of the slot that _stats wrote."""
@@ -65,7 +74,7 @@ def _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB:
     k_ok = offs_k < K
     ok = (rows < NB)[:, None] & k_ok[None, :]
     if ONE:
-        x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS)
+        x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS, REPS)
         mean, rstd = _moments(tl.sum(x, 1), tl.sum(x * x, 1), K, eps)
     else:
         x = tl.load(XS + rows[:, None] * K + offs_k[None, :], mask=ok, other=0.0)
@@ -77,7 +86,7 @@ def _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB:
 
 @triton.jit
 def _stats(X, NXT, FOLD_B, fold, XS, eps, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr,
-           ONE: tl.constexpr, HAS_BIAS: tl.constexpr, STAGES: tl.constexpr):
+           ONE: tl.constexpr, HAS_BIAS: tl.constexpr, STAGES: tl.constexpr, REPS: tl.constexpr):
     """Each row's LayerNorm mean and 1 / std over the stream slot X (one pass of sums, fp32; with
     `fold`, the pass also folds the slot into NXT); with ONE the matvec takes them from its one
     chunk instead. The pass also copies the slot into XS, this program's own (NB, K) block, which
@@ -91,7 +100,7 @@ def _stats(X, NXT, FOLD_B, fold, XS, eps, NB: tl.constexpr, K: tl.constexpr, B_P
         for k0 in tl.range(0, K, BK, num_stages=STAGES):
             offs_k = k0 + tl.arange(0, BK)
             ok = (rows < NB)[:, None] & (offs_k < K)[None, :]
-            x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS)
+            x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS, REPS)
             tl.store(XS + rows[:, None] * K + offs_k[None, :], x, mask=ok)
             s1 += tl.sum(x, 1)
             s2 += tl.sum(x * x, 1)
@@ -108,7 +117,8 @@ def _moments(s1, s2, K: tl.constexpr, eps):
 
 @triton.jit
 def _raw_chunk(k0, X, NXT, FOLD_B, fold, XS, LN_W, first, keep, NB: tl.constexpr, K: tl.constexpr,
-               B_PAD: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, FOLD: tl.constexpr):
+               B_PAD: tl.constexpr, BK: tl.constexpr, HAS_BIAS: tl.constexpr, FOLD: tl.constexpr,
+               REPS: tl.constexpr):
     """FOLD: columns k0..k0+BK of the slot, not normalised, and the same times g (LN_W), folded
     into NXT with `fold`. FOLD == SLOT: every tile reads them from the slot X. FOLD == COPY: a
     program's `first` tile reads them from X and, when it has more tiles (`keep`), copies them
@@ -118,12 +128,12 @@ def _raw_chunk(k0, X, NXT, FOLD_B, fold, XS, LN_W, first, keep, NB: tl.constexpr
     offs_k = k0 + tl.arange(0, BK)
     k_ok = offs_k < K
     if FOLD == SLOT:
-        x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS)
+        x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS, REPS)
     else:
         ok = (rows < NB)[:, None] & k_ok[None, :]
         at = rows[:, None] * K + offs_k[None, :]
         if first:
-            x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS)
+            x = _stream(k0, X, NXT, FOLD_B, fold, NB, K, B_PAD, BK, HAS_BIAS, REPS)
             if keep:
                 tl.store(XS + at, x, mask=ok)
         else:
@@ -143,7 +153,7 @@ def _folded(out, mean, rstd, U, offs_n, n_ok, N: tl.constexpr):
 @triton.jit
 def _phase_input(X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr,
                  BK: tl.constexpr, ONE: tl.constexpr, WHOLE: tl.constexpr, FOLD: tl.constexpr,
-                 HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, STAGES: tl.constexpr):
+                 HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, STAGES: tl.constexpr, REPS: tl.constexpr):
     """What a phase reads of its slot before its first tile: each row's mean and 1 / std, and with
     WHOLE (one chunk covers the slot, but a program may have several tiles: not ONE) the input
     every tile's products take, worked out once a phase rather than once a tile. Without FOLD,
@@ -155,20 +165,22 @@ def _phase_input(X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB: tl.constexpr, K:
     rstd = mean
     if FOLD:
         if WHOLE:
-            raw, x = _raw_chunk(0, X, NXT, FOLD_B, fold, XS, LN_W, True, False, NB, K, B_PAD, BK, HAS_BIAS, SLOT)
+            raw, x = _raw_chunk(0, X, NXT, FOLD_B, fold, XS, LN_W, True, False, NB, K, B_PAD, BK, HAS_BIAS, SLOT,
+                                REPS)
             mean, rstd = _moments(tl.sum(raw, 1), tl.sum(raw * raw, 1), K, eps)
     else:
-        mean, rstd = _stats(X, NXT, FOLD_B, fold, XS, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS, STAGES)
+        mean, rstd = _stats(X, NXT, FOLD_B, fold, XS, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS, STAGES, REPS)
         if WHOLE:
             x = _normed_input(0, mean, rstd, X, X, X, 0, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, False, False,
-                              HAS_LN_B)
+                              HAS_LN_B, REPS)
     return mean, rstd, x
 
 
 @triton.jit
 def _tile_input(k0, x_whole, s1, s2, mean, rstd, X, NXT, FOLD_B, fold, first, more, XS, LN_W, LN_B, eps,
                 NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr,
-                WHOLE: tl.constexpr, FOLD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr):
+                WHOLE: tl.constexpr, FOLD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr,
+                REPS: tl.constexpr):
     """Chunk k0 of a tile's input to its products, and the sums s1, s2 so far: the phase's whole
     input (WHOLE); with FOLD the raw chunk times g (_raw_chunk: COPY keeps the `first` tile's in
     XS when `more` follow), its rows' sums added to s1, s2; else the chunk normalised (with ONE
@@ -177,10 +189,10 @@ def _tile_input(k0, x_whole, s1, s2, mean, rstd, X, NXT, FOLD_B, fold, first, mo
         x = x_whole
     elif FOLD:
         raw, x = _raw_chunk(k0, X, NXT, FOLD_B, fold, XS, LN_W, first, first & more, NB, K, B_PAD, BK, HAS_BIAS,
-                            FOLD)
+                            FOLD, REPS)
         s1 += tl.sum(raw, 1)
         s2 += tl.sum(raw * raw, 1)
     else:
         x = _normed_input(k0, mean, rstd, X, NXT, FOLD_B, fold, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, HAS_BIAS,
-                          HAS_LN_B)
+                          HAS_LN_B, REPS)
     return x, s1, s2

@@ -18,8 +18,9 @@ much as a small phase's work: two phases a layer.
   per token:         head     logits[t] = LN_f(x) wte^T
                      sample   out[t] = argmax(logits / T + gumbel[t]) (top-k first), S[0] = embed(out[t])
 
-S is the residual stream, a slot per phase: phase p reads S[p] and adds into S[p + 1], the
-residual term itself folded in by one program. The phases are in kernels/triton_decode_phases.py
+S is the residual stream, a slot per phase (each in REPS copies, which the MLP's programs add
+into by turns): phase p reads S[p] and adds into S[p + 1], the residual term itself folded in by
+one program. The phases are in kernels/triton_decode_phases.py
 (the attention in kernels/triton_decode_attention.py, the MLP in kernels/triton_decode_mlp.py),
 the stream (and each program's copy of a slot, XS) in kernels/triton_decode_stream.py; the tiles
 come from the shape (decode/persistent_plan.py). Accumulation is fp32, and the residual stream,
@@ -112,7 +113,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        AHEAD: tl.constexpr, FOLD_QKV: tl.constexpr, FOLD_FC: tl.constexpr,
                        FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
                        AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr, SPAN_FC: tl.constexpr,
-                       PRE_QKV: tl.constexpr, PRE_FC: tl.constexpr, PRE_P2: tl.constexpr, L2_NEXT: tl.constexpr):
+                       PRE_QKV: tl.constexpr, PRE_FC: tl.constexpr, PRE_P2: tl.constexpr, L2_NEXT: tl.constexpr,
+                       REPS: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
@@ -137,6 +139,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     TILES_PER_HEAD: tl.constexpr = (3 * D + SPAN_QKV - 1) // SPAN_QKV
     O_WIDTH: tl.constexpr = (C + O_CHUNKS - 1) // O_CHUNKS
     KV_AHEAD: tl.constexpr = BT >= W_CACHE  # the window is one block: its keys load ahead (_keys_ahead)
+    SLOT: tl.constexpr = REPS * NB * C  # a stream slot with its copies (kernels/triton_decode_stream.py)
     t0 = tl.load(T_PTR)
     pos0 = tl.load(POS_PTR)
     WORK = PROF + n_steps * PHASES + 1  # PROFILE: each program's time in each phase, after the stamps
@@ -166,8 +169,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
         for layer in range(L):
             kc = KC + layer * NB * H * W_CACHE * D
             vc = VC + layer * NB * H * W_CACHE * D
-            x_in = STREAM + 2 * layer * NB * C  # the layer's input slot; the attention adds into the next
-            x_mid = x_in + NB * C
+            x_in = STREAM + 2 * layer * SLOT  # the layer's input slot; the attention adds into the next
+            x_mid = x_in + SLOT
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 1, WORK, since, PHASES, PROFILE)
             w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV or AHEAD or PRE_QKV)
             wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
@@ -181,7 +184,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
                     W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
                     3 * C, C, 3 * D, H, W_CACHE, B_PAD, BN_QKV, SPAN_QKV, BK_QKV, ONE_QKV, AHEAD, FOLD_QKV, HAS_BIAS,
-                    HAS_LN_B, HAS_BIAS, True, DOT, PREC, STAGES, PRE_QKV)
+                    HAS_LN_B, HAS_BIAS, True, DOT, PREC, STAGES, PRE_QKV, REPS)
             if PROFILE:  # the qkv tiles' share of the phase: the rest is the attention and its projection
                 tl.atomic_add(QKV_WORK + pid, tl.extra.cuda.globaltimer() - since, sem="relaxed")
             _attend(pid, nprog, wo, QKV, kc, vc, k_old, kv_first, CNT + layer * H, (i + 1) * TILES_PER_HEAD,
@@ -193,21 +196,21 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
             if L2_NEXT:
                 _prefetch_l2(W_QKV + (layer + 1) % L * 3 * C * C, r0, r_end, 0, C, C, PREFETCH_LINES)
-            _mlp(pid, nprog, w, w2, x_mid, x_mid + NB * C, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
+            _mlp(pid, nprog, w, w2, x_mid, x_mid + SLOT, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
                  B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
                  LN2_B + layer * C, eps, NB, C, B_PAD_FC, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD_FC, FOLD_FC, ADD_ONCE,
-                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES, SPAN_FC, PRE_FC, PRE_P2)
+                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES, SPAN_FC, PRE_FC, PRE_P2, REPS)
         logits = LOGITS + t * NB * V
         _arrive(BAR, k + PHASES - 1, WORK, since, PHASES, PROFILE)
         w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
         since = _leave(BAR, k + PHASES - 1, PROF, since, PROFILE)
-        x_out = STREAM + 2 * L * NB * C  # the last layer's output: nothing folds it further
+        x_out = STREAM + 2 * L * SLOT  # the last layer's output: nothing folds it further
         _matvec(pid, nprog, w, x_out, x_out, B_O, XS, LNF_W, LNF_B, eps, WTE, WTE, FOLD + L * 14 * C, logits, KC, VC,
                 CNT, pos, NB, V, C, V, H, W_CACHE, B_PAD, BN_V, BN_V, BK_V, ONE_V, False, FOLD_V, HAS_BIAS, HAS_LN_B,
-                False, False, DOT, PREC, STAGES, False)
+                False, False, DOT, PREC, STAGES, False, REPS)
         since = _grid_sync(BAR, k + PHASES, PROF, WORK, since, PHASES, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, STREAM, pos + 1, temperature,
-                      top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K)
+                      top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K, REPS)
     _grid_sync(BAR, n_steps * PHASES + 1, PROF, WORK, since, PHASES, PROFILE)  # closes the last phase's stamps
     if pid == 0:
         tl.store(T_PTR, t0 + n_steps)

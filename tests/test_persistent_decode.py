@@ -10,7 +10,7 @@ import re
 
 import pytest
 import torch
-from conftest import compile_for_h200, interpreted, make_cfg
+from conftest import compile_for_h200, interpreted, make_cfg, script_result
 
 from transformerop.decode import check
 from transformerop.model import BackendUnavailable
@@ -403,3 +403,41 @@ def test_the_phase_profile_on_the_gpu_adds_up():
         assert 0 < p[f"phase_work_us_{kind}"] <= p[f"phase_us_{kind}"] + 2.0, kind
     assert 0 < p["phase_work_us_attn_qkv"] < p["phase_work_us_attn"]
     assert 0 < p["barrier_us"] < p["phase_us_per_token"] / p["phases_per_token"]
+
+
+READ_SLOT = """
+import json, sys
+import torch
+import triton
+import triton.language as tl
+from kernels.triton_decode_stream import _stream
+
+@triton.jit
+def read_slot(X, NXT, OUT, NB: tl.constexpr, K: tl.constexpr, B_PAD: tl.constexpr, BK: tl.constexpr,
+              REPS: tl.constexpr):
+    x = _stream(0, X, NXT, X, 1, NB, K, B_PAD, BK, False, REPS)  # fold on: NXT gets the slot too
+    rows = tl.arange(0, B_PAD)
+    offs = tl.arange(0, BK)
+    tl.store(OUT + rows[:, None] * K + offs[None, :], x, mask=(rows < NB)[:, None] & (offs < K)[None, :])
+
+torch.manual_seed(0)
+nb, k, copies = 3, 40, 4
+x = torch.randn(copies, nb, k)  # every copy non-zero: a reader that stops short or reads past REPS is off
+res = {}
+for reps in (1, 4):
+    out, nxt = torch.zeros(nb, k), torch.zeros(nb, k)
+    read_slot[(1,)](x, nxt, out, nb, k, 4, 64, reps)
+    res[reps] = [out.tolist(), nxt.tolist()]
+print("RESULT " + json.dumps({"x": x.tolist(), "res": res}))
+"""
+
+
+def test_a_stream_slot_reads_as_the_sum_of_its_copies(tmp_path):
+    """The MLP's programs add into a slot's REPS copies by turns; its reader must see their sum
+    (and fold that sum into the next slot), and with REPS=1 the first copy alone."""
+    r = script_result(READ_SLOT, {"TRITON_INTERPRET": "1"}, folder=tmp_path)
+    x = torch.tensor(r["x"], dtype=torch.float64)
+    for reps, want in (("1", x[0]), ("4", x.sum(0))):
+        out, nxt = (torch.tensor(v, dtype=torch.float64) for v in r["res"][reps])
+        assert torch.allclose(out, want, atol=1e-5), reps
+        assert torch.allclose(nxt, want, atol=1e-5), reps

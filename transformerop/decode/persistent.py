@@ -102,7 +102,7 @@ class Persistent(Static):
         # STREAM: the residual stream, a slot per phase; XS: each program's own copy of the slot its
         # phase reads (kernels/triton_decode_stream.py)
         # Y: every row's attention output, when the projection is shared by the rows (attn_proj=head)
-        self.buf = {"STREAM": scratch(2 * L + 1, B, C), "QKV": scratch(B, 3 * C),
+        self.buf = {"STREAM": scratch(2 * L + 1, tiles["REPS"], B, C), "QKV": scratch(B, 3 * C),
                     "XS": scratch(self.programs, B, C), "Y": scratch(B, C)}
 
     def run(self, out, t, noise, temperature: float, top_k, n: int):

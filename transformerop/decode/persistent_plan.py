@@ -186,6 +186,12 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # attn phase it is issued in slowed by 13-55 us a token and the phases it fed gained little or
     # nothing -- the prefetches queue ahead of the phase's own loads
     t["L2_NEXT"] = fixed.get("L2_NEXT", False)
+    # the copies of a stream slot the MLP's programs add into by turns (kernels/triton_decode_stream.py):
+    # every SM's atomics on the same C floats cost ~1 us more a phase than the barrier alone, 8
+    # copies ~0.05-0.45 us, and a reader sums 8 copies of a 384-float slot 35 ns slower than one
+    # (H200, experiments/results/h200-2026-12-04b); fewer copies as the batch's rows already spread
+    # the adds and multiply what each reader loads
+    t["REPS"] = fixed.get("REPS", max(1, 8 // _pow2(batch)))
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
     # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
     # H200, 1152 wide, bf16: 1.10x at batch 8, 1.11x at batch 4, 1.04x at batch 1). Its tiles read
@@ -207,7 +213,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2", "L2_NEXT")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
-RANGES = {"STAGES": (1, 4), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2), "O_CHUNKS": (1, 1 << 16),
+RANGES = {"STAGES": (1, 4), "REPS": (1, 16), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2), "O_CHUNKS": (1, 1 << 16),
           "SPAN_QKV": (1, 1 << 16), "SPAN_FC": (1, 1 << 16)}
 SETTABLE = (*FLAGS, *POW2, *RANGES)
 
