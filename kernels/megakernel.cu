@@ -30,8 +30,8 @@
 // after an acquire of the counter or barrier that published it.
 //
 // A CTA's schedule (its record, tiles and blocks) and its tiles' biases for every layer are copied
-// into shared memory at the start: read from global memory where a phase needs them, each was
-// an L2 round trip in that phase's chain, before the products could start.
+// into shared memory at the start, so that no phase waits on a global load for them before its
+// products can start (shared memory leaves L1 too small to keep them).
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

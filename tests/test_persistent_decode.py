@@ -71,8 +71,9 @@ for batch in (3, 1):  # each weight chunk loaded one ahead, across tiles and fro
     ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
     print(f"TILED_TOKENS_{{batch}}", torch.equal(mine, ref), tiles["DOT"], (mine_logits - ref_logits).abs().max().item())
-for batch in (3, 1):  # tiles of fewer rows than their BN (SPAN, masked): 12 of 16 in the qkv phase, 40 of 64 in the MLP
-    tiles = {{**plan(64, 4, 20, 64, batch, 1, by_hand=mlp(batch)), **loops, "SPAN_QKV": 12, "SPAN_FC": 40}}
+for batch in (3, 1):  # tiles of fewer rows than their BN (SPAN, masked): 12 of 16 in the qkv phase, 40 of 64 in the MLP;
+    # and the stream slots in 4 copies (one program adds into the first; the readers sum all four)
+    tiles = {{**plan(64, 4, 20, 64, batch, 1, by_hand=mlp(batch)), **loops, "SPAN_QKV": 12, "SPAN_FC": 40, "REPS": 4}}
     ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
     print(f"SPAN_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
