@@ -505,3 +505,17 @@ def test_peak_follows_the_kernels_own_tf32_choice():
     assert calibration.flops_key("float32", "cuda", tf32=False) == "flops_fp32"
     assert calibration.flops_key("float32", "cpu", tf32=True) == "flops_fp32"  # no tensor cores here
     assert calibration.flops_key("bfloat16", "cuda", tf32=False) == "flops_bf16"
+
+
+def test_the_kernel_table_keeps_every_kernel_most_time_first():
+    """summarize: per-unit time and launches of every kernel (the tail too, not a top ten), ordered
+    by time, medians per launch; the totals over every launch."""
+    from transformerop.measure.profiler import summarize
+    by = {f"k{i}": [float(i)] * 2 for i in range(1, 13)}  # 12 kernels, k12 the most time
+    by["gemm_" + "x" * 80] = [30.0, 10.0, 20.0]
+    s = summarize(by, per=2)
+    assert len(s["table"]) == 13 and s["kernels"] == (24 + 3) / 2
+    assert s["kernel_us"] == (sum(2 * i for i in range(1, 13)) + 60) / 2
+    assert s["table"][0] == [("gemm_" + "x" * 80)[:70], 30.0, 1.5, 20.0]
+    assert [row[0] for row in s["table"][1:]] == [f"k{i}" for i in range(12, 0, -1)]
+    assert s["table"][-1] == ["k1", 1.0, 1.0, 1.0]
