@@ -28,7 +28,7 @@ const void* opt(const torch::Tensor& t) { return t.numel() ? t.data_ptr() : null
 // temperature
 void run(std::vector<torch::Tensor> t, std::vector<int64_t> i, std::vector<double> f) {
   TORCH_CHECK(t.size() == 28 && i.size() == 24 && f.size() == 3, "megakernel.run: wrong argument counts");
-  TORCH_CHECK(i[23] == (i[18] >= 8 ? 1 : 8 / i[18]), "megakernel.run: the slots' copies do not match the kernel's rule");
+  TORCH_CHECK(i[23] == (i[18] >= 8 ? 1 : 8 / i[18]), "megakernel.run: slot copies off the kernel's rule");
   for (auto& x : t) TORCH_CHECK(!x.numel() || (x.is_cuda() && x.is_contiguous()), "megakernel.run: CUDA tensors only");
   const bool bf16 = t[4].scalar_type() == torch::kBFloat16;
   mk::Params p{};

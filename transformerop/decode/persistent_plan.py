@@ -215,8 +215,8 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2", "L2_NEXT")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
-RANGES = {"STAGES": (1, 4), "REPS": (1, 16), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2), "O_CHUNKS": (1, 1 << 16),
-          "SPAN_QKV": (1, 1 << 16), "SPAN_FC": (1, 1 << 16)}
+RANGES = {"STAGES": (1, 4), "REPS": (1, 16), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2),
+          "O_CHUNKS": (1, 1 << 16), "SPAN_QKV": (1, 1 << 16), "SPAN_FC": (1, 1 << 16)}
 SETTABLE = (*FLAGS, *POW2, *RANGES)
 
 
