@@ -512,10 +512,43 @@ def test_the_kernel_table_keeps_every_kernel_most_time_first():
     by time, medians per launch; the totals over every launch."""
     from transformerop.measure.profiler import summarize
     by = {f"k{i}": [float(i)] * 2 for i in range(1, 13)}  # 12 kernels, k12 the most time
-    by["gemm_" + "x" * 80] = [30.0, 10.0, 20.0]
+    by["gemm_" + "x" * 120] = [30.0, 10.0, 20.0]
     s = summarize(by, per=2)
     assert len(s["table"]) == 13 and s["kernels"] == (24 + 3) / 2
     assert s["kernel_us"] == (sum(2 * i for i in range(1, 13)) + 60) / 2
-    assert s["table"][0] == [("gemm_" + "x" * 80)[:70], 30.0, 1.5, 20.0]
+    assert s["table"][0] == [("gemm_" + "x" * 120)[:100], 30.0, 1.5, 20.0]
     assert [row[0] for row in s["table"][1:]] == [f"k{i}" for i in range(12, 0, -1)]
     assert s["table"][-1] == ["k1", 1.0, 1.0, 1.0]
+
+
+def test_kernels_by_kind_from_their_names():
+    """by_kind: the names torch, cuBLAS, cuDNN and our kernels go by in a train step's profile, each
+    under its kind, summed, most time first (the optimizer's multi-tensor norm is not a LayerNorm)."""
+    from transformerop.measure.profiler import by_kind, kind
+    names = {
+        "_add_norm_bwd": "norm",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0": "attention",
+        "_bwd_kernel": "attention",
+        "nvjet_sm90_tst_192x128_64x5_1x2_h_bz_coopB_NNT": "matmul",
+        "void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, false, f": "matmul",
+        "void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl(at::TensorI":
+            "elementwise",
+        "void at::native::reduce_kernel<128, 4, at::native::ReduceOp<float, at::native::func_wrapper_t<float,":
+            "reduction",
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy_vectorized<at::native::(anonymous namesp": "copy",
+        "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda(at::TensorIt": "copy",
+        "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace):":
+            "optimizer",
+        "void at::native::lpnorm_cleanup<float, (at::native::NormType)1, float, true, float>(float const*, at":
+            "optimizer",
+        "void at_cuda_detail::cub::detail::radix_sort::DeviceRadixSortOnesweepKernel<at_cuda_detail::cub::det":
+            "embedding",
+        "void at::native::(anonymous namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, float, long>(f": "loss",
+        "Memset (Unknown)": "memset",
+        "void at::native::(anonymous namespace)::distribution_elementwise_grid_stride_kernel<unsigned long, 2": "random",
+        "some_kernel_of_its_own": "other",
+    }
+    assert {n: kind(n) for n in names} == names
+    table = [["_add_norm_bwd", 30.0, 13.0, 2.0], ["_bwd_kernel", 50.0, 6.0, 8.0], ["_add_norm_fwd", 25.0, 13.0, 2.0],
+             ["Memset (Unknown)", 1.5, 40.0, 0.0]]
+    assert by_kind(table) == [["norm", 55.0, 26.0], ["attention", 50.0, 6.0], ["memset", 1.5, 40.0]]

@@ -242,6 +242,7 @@ def test_a_missed_goal_shows_its_rows_kernel_profile_beside_the_baselines(tmp_pa
     assert "profile: kernels busy 83% of the wall time (1 kernels, 25 us of kernel time per call)" in row
     assert "the baseline row (attention=sdpa) spends 21.7 us in kernels per call, GPU busy 80%" in md
     assert "| triton_fwd_kernel | 24.8 | 1 | 24.8 |" in md and "| sdpa_fwd_kernel |" not in md
+    assert "By kind (from the kernels' names), us per call: attention 25 (100%, 1 launches)\n" in md
 
 
 def test_empty_or_missing_dir_is_a_clear_error(tmp_path, capsys):

@@ -207,7 +207,26 @@ def profiles(goals, judged, df, records, top: int = 5) -> list:
                   + _baseline_kernels(g, df, records) + ":", "",
                   "| " + " | ".join(t["columns"]) + " |", "|" + "---|" * len(t["columns"])]
         lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in t["rows"][:top]] + [""]
+        kinds = _by_kind(t, _timing(records[j["index"]], g["metric"]).get("kernel_us"))
+        lines += [kinds, ""] if kinds else []
     return lines
+
+
+def _by_kind(t, kernel_us) -> str:
+    """A profile's kernel time told by kind (measure/profiler.py: by_kind), each kind's µs, share and
+    launches, and what share of the whole kernel time the table covers when it is not all of it
+    (a record from before the tables kept every kernel)."""
+    from ..measure.profiler import by_kind
+    rows = by_kind(t["rows"])
+    total = sum(us for _, us, _ in rows)
+    if not total:
+        return ""
+    unit = t["columns"][1].removeprefix("us_").replace("_", " ")
+    text = "By kind (from the kernels' names), us " + unit + ": " + ", ".join(
+        f"{k} {us:,.0f} ({us / total:.0%}, {n:g} launches)" for k, us, n in rows)
+    if _num(kernel_us) and total < 0.99 * kernel_us:
+        text += f" -- the table's kernels only: {total / kernel_us:.0%} of the {kernel_us:,.0f} us of kernel time"
+    return text
 
 
 def section(goals, df, records) -> list:
