@@ -524,7 +524,7 @@ def test_the_kernel_table_keeps_every_kernel_most_time_first():
 def test_kernels_by_kind_from_their_names():
     """by_kind: the names torch, cuBLAS, cuDNN and our kernels go by in a train step's profile, each
     under its kind, summed, most time first (the optimizer's multi-tensor norm is not a LayerNorm)."""
-    from transformerop.measure.profiler import by_kind, kind
+    from transformerop.report.kinds import by_kind, kind
     names = {
         "_add_norm_bwd": "norm",
         "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0": "attention",

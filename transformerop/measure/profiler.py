@@ -3,7 +3,6 @@ beside the wall time that measure() took. gpu_busy = kernel time / wall time say
 the region: near 1, the kernels (bandwidth, occupancy); far below, the gaps between them (host
 work, launches). Kernel time comes from a separate profiled run, warm (no L2 flush)."""
 import logging
-import re
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -18,6 +17,9 @@ def on_device(e) -> bool:
     return str(getattr(e, "device_type", "")).endswith("CUDA")
 
 
+NAME = 100  # characters of a kernel's name kept: enough to tell cuBLAS's, cuDNN's and torch's apart
+
+
 def summarize(by: dict, per: int) -> dict:
     """{kernel name: [µs of each launch]} over `per` calls, steps or tokens -> kernel_us and
     kernels per unit, and `table`: every kernel, most time first, as [name (NAME characters), µs per
@@ -28,42 +30,6 @@ def summarize(by: dict, per: int) -> dict:
     rows = sorted(by.items(), key=lambda kv: -sum(kv[1]))
     return {"kernel_us": total / per, "kernels": sum(map(len, by.values())) / per,
             "table": [[name[:NAME], sum(d) / per, len(d) / per, sorted(d)[len(d) // 2]] for name, d in rows]}
-
-
-NAME = 100  # characters of a kernel's name kept: enough to tell cuBLAS's, cuDNN's and torch's apart
-
-# What a kernel is, from its name: the first pattern that matches (torch's, cuBLAS's, cuDNN's and
-# this project's names), for a profile told by kind -- where a step's time goes at a glance
-KINDS = (
-    ("optimizer", re.compile(r"multi_tensor_apply|FusedOptim|adam|NormTwo|lpnorm", re.I)),  # AdamW, the grad clip
-    ("random", re.compile(r"distribution_", re.I)),  # torch's random draws (the dropout seeds)
-    ("attention", re.compile(r"sdpa|flash|fmha|attention|attn|_fwd_kernel|_bwd_kernel|compute_dot_do_o|convert_dq|"
-                             r"philox", re.I)),
-    ("matmul", re.compile(r"gemm|nvjet|cutlass|splitKreduce|xmma|cublas|_matmul", re.I)),
-    ("norm", re.compile(r"norm|GammaBeta", re.I)),
-    ("loss", re.compile(r"nll_loss|softmax|cross_entropy", re.I)),
-    ("embedding", re.compile(r"embedding|grad_weight|radix_sort|unique_by_key|segment|gather|index|cub::", re.I)),
-    ("copy", re.compile(r"copy|Cat|Memcpy", re.I)),  # casts too (autocast's weight casts, their grads')
-    ("reduction", re.compile(r"reduce", re.I)),
-    ("memset", re.compile(r"Memset|FillFunctor", re.I)),
-    ("elementwise", re.compile(r"elementwise|Gelu|Functor", re.I)),
-)
-
-
-def kind(name: str) -> str:
-    """The KINDS entry a kernel's name falls under ("other" for none)."""
-    return next((k for k, pattern in KINDS if pattern.search(name)), "other")
-
-
-def by_kind(table: list) -> list:
-    """A kernel table's [name, us, launches, ...] rows summed by kind: [kind, us, launches], most
-    time first."""
-    sums = {}
-    for name, us, launches, *_ in table:
-        k = sums.setdefault(kind(name), [0.0, 0.0])
-        k[0] += us
-        k[1] += launches
-    return sorted(([k, us, n] for k, (us, n) in sums.items()), key=lambda r: -r[1])
 
 
 def kernel_profile(fn, per: int) -> dict:

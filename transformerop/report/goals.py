@@ -10,6 +10,7 @@ row meets it (a claim about each size and batch, not about the best of them).
 """
 import math
 
+from .kinds import by_kind
 from .render import fmt
 from .table import HIGHER, LOWER, METRICS, parse_overrides
 from .table import holds as _holds
@@ -213,10 +214,9 @@ def profiles(goals, judged, df, records, top: int = 5) -> list:
 
 
 def _by_kind(t, kernel_us) -> str:
-    """A profile's kernel time told by kind (measure/profiler.py: by_kind), each kind's µs, share and
+    """A profile's kernel time told by kind (report/kinds.py), each kind's µs, share and
     launches, and what share of the whole kernel time the table covers when it is not all of it
     (a record from before the tables kept every kernel)."""
-    from ..measure.profiler import by_kind
     rows = by_kind(t["rows"])
     total = sum(us for _, us, _ in rows)
     if not total:
