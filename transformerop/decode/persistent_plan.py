@@ -189,11 +189,14 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # the copies of a stream slot the MLP's programs add into by turns (kernels/triton_decode_stream.py):
     # every SM's atomics on the same C floats cost ~1 us more a phase than the barrier alone, 8
     # copies ~0.05-0.45 us, and a reader sums 8 copies of a 384-float slot 35 ns slower than one
-    # (H200, experiments/results/h200-2026-12-04b, a bench of the pattern, not this kernel). By hand
-    # until this kernel is timed with them: one copy, the path as published, unless set
-    # (+decode.tiles.REPS=8 at batch 1 is the candidate: fewer as the batch's rows multiply what
-    # each reader loads)
-    t["REPS"] = fixed.get("REPS", 1)
+    # (H200, experiments/results/h200-2026-12-04b, a bench of the pattern). Four where they pay:
+    # one row, an MLP of one round whose every program adds its share into the whole row at about
+    # the same time (384 wide, batch 1: 74.1 -> 71.5 us a token with 4 or 8 copies). Elsewhere one:
+    # a phase of several rounds spreads its programs' adds out in time (768 wide, batch 1: 0.998x
+    # with 4), more outputs spread them over addresses (1152 wide, batch 1, 8 copies: 0.96x), and a
+    # batch multiplies what each reader sums (384 wide, batch 4, 8 copies: 0.83x;
+    # experiments/results/h200-2026-12-04c)
+    t["REPS"] = fixed.get("REPS", 4 if batch == 1 and t["ONE_FC"] and t["BC_FC"] >= C else 1)
     # a phase of more than one round moves its LayerNorm past its products (FOLD_*,
     # kernels/triton_decode_stream.py): no pass over the slot before its first product (on the
     # H200, 1152 wide, bf16: 1.10x at batch 8, 1.11x at batch 4, 1.04x at batch 1). Its tiles read

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..errors import ConfigError
 from ..runtime import interpreting, torch_dtype
 from .attention import BackendUnavailable, get_backend
 
@@ -77,6 +78,9 @@ class GPT(nn.Module):
     def check(cls, cfg, device) -> None:
         """Raise before any work if this model's options cannot run on device."""
         fused = [f"model.{k}=true" for k in ("fused_norm", "fused_mlp") if getattr(cfg.model, k, False)]
+        if getattr(cfg.model, "fused_mlp", False) and cfg.model.n_embd % 8:  # TMA rows: 16-byte aligned
+            raise ConfigError(f"model.n_embd={cfg.model.n_embd}: model.fused_mlp=true needs a multiple of 8 "
+                              "(its kernels load rows through TMA); use model.fused_mlp=false or another width")
         if fused:
             interpret = interpreting()
             if torch.device(device).type != "cuda" and not interpret:
