@@ -8,9 +8,13 @@
 Unfused, GELU forward and backward are elementwise passes over the (tokens x 4C) activations: at
 the seed's training shape (16,384 x 1,536, bf16) 36 and 48 µs per layer on the H200, each nearly
 the matmul beside it. Here they are the epilogue of the matmul that makes their input, so the
-activations are written once and read once less. The matmul is persistent (one program an SM
-walking the output tiles) and loads and stores through TMA descriptors: a pointer-loaded Triton
-matmul of this shape took 51 µs against cuBLAS's 39.5, this one 39.8. A descriptor needs its
+activations are written once and read once less. The matmul is persistent (two programs an SM
+walking the output tiles) and loads and stores through TMA descriptors. On the H200 the pair still
+loses to cuBLAS + the eager pass: 77.9 against 72.8 us forward, 99.5 against 86.2 backward, the
+whole MLP forward and backward 336 against 315 us (16,384 x 384, bf16, graphed): the epilogue
+(two stores, or a load and a store) is not hidden behind the next tile's products the way
+cuBLAS's warp-specialized kernels hide theirs, and the matmul alone, one store, matches cuBLAS
+(39.8 against 39.5 us at one program an SM). A descriptor needs its
 rows 16-byte aligned: n_embd a multiple of 8 (GPT.check says so before any work). GELU is the
 exact (erf) form nn.GELU computes, erf from a rational form good to 1.5e-7, applied to the fp32
 accumulator before the rounding to bf16 that an unfused pass reads back.
@@ -28,9 +32,10 @@ SQRT1_2 = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2)
 INV_SQRT_2PI = tl.constexpr(0.3989422804014327)  # 1 / sqrt(2 pi)
 # erf(z) = 1 - t (A1 + t (A2 + t (A3 + t (A4 + t A5)))) exp(-z^2), t = 1 / (1 + P z), z >= 0: the
 # rational form of Abramowitz and Stegun 7.1.26, |error| <= 1.5e-7. It shares exp(-z^2) with
-# GELU's derivative (z = u / sqrt 2: exp(-u^2 / 2)), and at ~15 instructions it costs a third of
-# libdevice's erf, whose branches a warp runs both of: with the matmul's one program an SM, the
-# epilogue's arithmetic is not hidden behind another program's loads
+# GELU's derivative (z = u / sqrt 2: exp(-u^2 / 2)), at ~15 instructions against libdevice's erf,
+# whose branches a warp runs both of. Measured in the forward kernel at 128 x 256 tiles, one program
+# an SM (H200): 89.6 us with libdevice's (h200-2026-12-02j), 86.5 with this one -- a small part of
+# what the epilogue costs
 P, A1, A2, A3, A4, A5 = (tl.constexpr(v) for v in (0.3275911, 0.254829592, -0.284496736, 1.421413741,
                                                    -1.453152027, 1.061405429))
 
@@ -48,8 +53,8 @@ def _gelu_parts(u):
 def _fc_gelu_kernel(A, B, BIAS, PRE, OUT, M, N, K, PROGRAMS,
                     HAS_BIAS: tl.constexpr, BACKWARD: tl.constexpr, PRECISION: tl.constexpr,
                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
-    """acc = A[M, K] B^T in fp32 over (BM, BN) output tiles, tile pid, pid + PROGRAMS, ... (one
-    program an SM: its next tile's loads overlap this one's epilogue). A, B, PRE, OUT are TMA
+    """acc = A[M, K] B^T in fp32 over (BM, BN) output tiles, tile pid, pid + PROGRAMS, ... (two
+    programs an SM: one's epilogue overlaps the other's products). A, B, PRE, OUT are TMA
     descriptors: the edges load as zeros and store clipped, so no shape need be a tile multiple.
     Forward: B is W_fc (N, K) as stored; PRE = acc (+ bias), OUT = GELU(PRE). Backward: B is W_proj
     (K, N) as stored, read untransposed; OUT = acc * GELU'(PRE), PRE's tile loaded before the
@@ -85,22 +90,29 @@ def _fc_gelu_kernel(A, B, BIAS, PRE, OUT, M, N, K, PROGRAMS,
 
 
 def tiles(device, dtype=torch.bfloat16, backward: bool = False) -> dict:
-    """Fixed tiles, not an autotune on the start-up clock. A GPU, 16-bit inputs: 128 x 256 output
-    tiles, 8 warps, 3 stages, 64-deep chunks forward (the matmul alone at 16,384 x 1,536 x 384 on
-    the H200: 39.8 us against cuBLAS's 39.5, the fastest of 8 persistent-TMA choices) and 32-deep
-    backward, whose PRE tile takes shared memory too (sm_90: 205 KB of the 227); fp32, twice the
-    bytes a chunk, 128 x 128 in 32-deep chunks. The interpreter: small tiles, one stage."""
+    """Fixed tiles, not an autotune on the start-up clock. A GPU, 16-bit inputs: 128 x 128 x 64
+    on 8 warps, 2 stages forward; 64 x 128 x 64 on 4 warps, 3 stages backward (whose PRE tile
+    takes shared memory too): each small enough for two programs an SM (_programs), so that one's
+    epilogue runs while the other multiplies. On the H200 at 16,384 x 1,536 x 384, bf16, graphed:
+    77.9 and 99.5 us, against 85.8 and 109.3 for the best tiles at one program an SM and 81.3 and
+    114.2 at one program a tile (experiments/results/h200-2026-12-04c). fp32, twice the bytes a
+    chunk: 128 x 128 in 32-deep chunks, 3 stages. The interpreter: small tiles, one stage."""
     if device.type != "cuda":
         return dict(BM=16, BN=16, BK=16, GROUP_M=4, num_warps=1, num_stages=1)
     if dtype == torch.float32:
         return dict(BM=128, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=3)
-    return dict(BM=128, BN=256, BK=32 if backward else 64, GROUP_M=8, num_warps=8, num_stages=3)
+    if backward:
+        return dict(BM=64, BN=128, BK=64, GROUP_M=8, num_warps=4, num_stages=3)
+    return dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=2)
+
+
+PROGRAMS_PER_SM = 2  # the tiles above fit two an SM in shared memory (sm_90 compile: 98 and 107 KB)
 
 
 def _programs(device, tiles_total: int) -> int:
     if device.type != "cuda":
         return min(tiles_total, 3)  # a few programs, several tiles each: the loop runs as on a GPU
-    return min(tiles_total, torch.cuda.get_device_properties(device).multi_processor_count)
+    return min(tiles_total, PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def _launch(a, b, bias, pre, out, backward: bool):

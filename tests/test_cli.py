@@ -100,6 +100,7 @@ def test_bad_input_gets_one_line_before_any_run_dir(tmp_path):
         ("data=shakespeare", f"data.cache_dir={tmp_path}", "data.url=null"): "put the file (sha256 86c4e6aa",
         ("data=shakespeare", f"data.cache_dir={corrupt}"): "is corrupt: sha256",
         ("train.resume=/nonexistent/ckpt.pt",): "train.resume=/nonexistent/ckpt.pt: no such checkpoint file",
+        ("model.fused_mlp=true", "model.n_embd=36", "model.n_head=6"): "model.n_embd=36: model.fused_mlp=true needs",
     }
     for args, needle in cases.items():
         run_dir = tmp_path / "run"
