@@ -59,7 +59,8 @@ class Recorded:
         return launch
 
 
-for module, name in ((triton_norm, "_add_norm_fwd"), (triton_norm, "_add_norm_bwd"), (triton_mlp, "_fc_gelu_kernel")):
+for module, name in ((triton_norm, "_add_norm_fwd"), (triton_norm, "_add_norm_bwd"), (triton_norm, "_column_sums"),
+                     (triton_mlp, "_fc_gelu_kernel")):
     setattr(module, name, Recorded(getattr(module, name)))
 
 compiles = []

@@ -1,7 +1,8 @@
 """model.fused_norm: the residual add + dropout + LayerNorm kernels (kernels/triton_norm.py)
 against float64 formulas written here, forward and backward, with and without residual, bias
 and dropout; the fused GPT's gradients against its float64 copy; a planted 1% error in the
-kernel's backward that the gradient gate's measure must catch.
+kernel's backward that the gradient gate's measure must catch; the column sums that finish the
+weight gradients against float64 sums.
 
 CPU: under TRITON_INTERPRET=1 in one subprocess (the variable must be set before triton is
 imported), fp32 only (the interpreter has no bf16). GPU: bf16 at the seed's training shape."""
@@ -119,6 +120,9 @@ low = torch.bfloat16 if dev.type == "cuda" else torch.float16
 cast = copy.deepcopy(model).eval().to(low)
 out["cast_logits_dtype"] = str(cast(idx)[0].dtype)
 out["cast_expected_dtype"] = str(low)
+# the partial sums' finish: several row blocks (their atomics) and a last column block cut short
+part = torch.randn(3 * TN.SUM_ROWS + 5, TN.SUM_COLS + 44, device=dev)
+out["column_sums"] = norm_rel_err(TN._finish(part), part.double().sum(0))
 print("RESULT " + json.dumps(out))
 '''
 
@@ -139,6 +143,7 @@ def _assert(out, tol, grad_tol, gate_tol):
     assert out["planted_grad_err"] > gate_tol  # the gate's measure sees a 1% error in one gradient
     assert out["train_grads"] and out["train_losses_differ"]
     assert out["cast_logits_dtype"] == out["cast_expected_dtype"]
+    assert out["column_sums"] < 1e-6
 
 
 def test_fused_norm_kernels_under_the_interpreter():
