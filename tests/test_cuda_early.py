@@ -49,32 +49,6 @@ def test_no_thread_for_a_cpu_run_and_a_quiet_one_without_a_driver(monkeypatch):
     assert not thread.is_alive() and errors == []
 
 
-def test_the_libraries_it_prefetches_and_in_what_order(tmp_path, monkeypatch):
-    """cuBLASLt, cuBLAS, then cuDNN's (the order the warm-up loads them), from the nvidia wheels'
-    lib folders and torch's own; nothing else. The readahead itself asks nothing of the files but
-    that they open, and TRANSFORMEROP_PREFETCH=0 starts no thread for it."""
-    names = ["nvidia/cu13/lib/libcudnn_graph.so.9", "nvidia/cu13/lib/libcublas.so.13", "nvidia/cu13/lib/libcufft.so.12",
-             "nvidia/cublas/lib/libcublasLt.so.13", "torch/lib/libtorch_cuda.so", "torch/lib/libcudnn.so.9",
-             "nvidia/cu13/lib/libnvblas.so.13"]
-    for name in names:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes(b"\0" * 4096)
-    got = [p.relative_to(tmp_path).as_posix() for p in cuda_early.libraries(tmp_path)]
-    assert got == ["nvidia/cublas/lib/libcublasLt.so.13", "nvidia/cu13/lib/libcublas.so.13",
-                   "nvidia/cu13/lib/libcudnn_graph.so.9", "torch/lib/libcudnn.so.9"]
-    cuda_early._prefetch()  # on this machine's own torch: returns, whatever it finds
-    started = []
-    monkeypatch.setattr(cuda_early, "_init", lambda gpu: None)
-    monkeypatch.setattr(cuda_early, "_prefetch", lambda: started.append(True))
-    cuda_early.start(["run.py"], {"TRANSFORMEROP_PREFETCH": "0"}).join(30)
-    assert started == []
-    cuda_early.start(["run.py"], {}).join(30)
-    for t in threading.enumerate():
-        if t.name == "lib-prefetch":
-            t.join(30)
-    assert started == [True]
-
-
 EARLY = """
 import ctypes
 from transformerop import cuda_early

@@ -18,23 +18,15 @@ launch (the model's kernel_warmups: one tiny call per kernel form) from threads 
 at once: a cold Triton cache compiles each form on its first launch, which one after another in
 the first step's capture took 3.0-4.3 s of the speedrun's start-up on the H200 host, and from
 threads, started while the warm-up above still runs, 1.6-1.8 s
-(experiments/results/h200-2026-12-02j). settle() waits for these too.
-
-A third thread, from start(), asks the kernel to read the math libraries the warm-up's first calls
-load (cuBLAS, cuBLASLt, cuDNN: over a gigabyte with CUDA 13) into the page cache
-(posix_fadvise WILLNEED: a readahead the kernel runs on its own, no copy made here), so that on a
-machine whose disk cache is cold they come in while the imports run, in long sequential reads,
-not page by page as the first calls fault them in. TRANSFORMEROP_PREFETCH=0 turns it off."""
+(experiments/results/h200-2026-12-02j). settle() waits for these too."""
 import atexit
 import ctypes
 import functools
-import importlib.util
 import logging
 import os
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 JOIN_S = 10.0  # at exit: a driver call cut off by the interpreter's teardown could crash it
 # Hydra's flags for a launch that runs no job here: a multirun's parent (its jobs may each be a
@@ -65,31 +57,6 @@ def ordinal(argv: list, environ) -> int | None:
             if a.startswith("device=cuda:"):
                 value = a.split(":", 1)[1]
     return int(value) if value.isdigit() else None
-
-
-PREFETCH = ("libcublasLt", "libcublas.", "libcudnn")  # in the order the warm-up's calls load them
-
-
-def libraries(site: Path) -> list:
-    """The shared libraries PREFETCH names under site (torch's own lib folder and the nvidia
-    wheels' lib folders), in PREFETCH's order."""
-    found = [p for p in [*site.glob("nvidia/**/lib*.so*"), *site.glob("torch/lib/lib*.so*")] if p.is_file()]
-    return [p for prefix in PREFETCH for p in sorted(found) if p.name.startswith(prefix)]
-
-
-def _prefetch() -> None:
-    spec = importlib.util.find_spec("torch")  # finds the package without importing it
-    if spec is None or spec.origin is None:
-        return
-    for path in libraries(Path(spec.origin).parent.parent):
-        try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-            finally:
-                os.close(fd)
-        except OSError:
-            pass  # a library it cannot read is one the job's own loading will report
 
 
 def _init(gpu: int) -> None:
@@ -195,8 +162,6 @@ def start(argv: list | None = None, environ=None) -> threading.Thread | None:
     if not wanted(argv, environ) or gpu is None:
         return None
     global _early, _gpu
-    if environ.get("TRANSFORMEROP_PREFETCH", "1") != "0" and hasattr(os, "posix_fadvise"):
-        threading.Thread(target=_prefetch, name="lib-prefetch", daemon=True).start()
     thread = threading.Thread(target=_init, args=(gpu,), name="cuda-early", daemon=True)
     thread.start()
     atexit.register(thread.join, JOIN_S)
