@@ -125,3 +125,43 @@ def test_every_backend_is_a_config_option():
         assert make_cfg(f"attention={name}").attention.name == name
     with pytest.raises(MissingConfigException):
         make_cfg("attention=bogus")
+
+
+def test_dense_embedding_grad_matches_a_float64_scatter():
+    """model.dense_embedding_grad: the same logits, and wte's and wpe's gradients against float64
+    sums written here (each token's gradient row added into its id's row; each position's rows
+    summed over the batch), with ids repeated and some never used; a vocabulary wider than
+    n_embd keeps the gather's own backward."""
+    torch.manual_seed(0)
+    plain = build_model(tiny(), vocab_size=11).eval()
+    dense = build_model(tiny("model.dense_embedding_grad=true"), vocab_size=11).eval()
+    dense.load_state_dict(plain.state_dict())
+    assert dense.dense_embedding_grad and not plain.dense_embedding_grad
+    x = torch.randint(0, 7, (3, 16))  # ids 7..10 never appear: their rows' gradient is zero
+    g = torch.randn(3, 16, 11)
+    logits, _ = dense(x)
+    assert torch.equal(logits, plain(x)[0])
+    (logits * g).sum().backward()
+    # independent: d emb from the model's own graph, then the two sums in float64
+    plain.zero_grad()
+    emb = plain.wte(x) + plain.wpe(torch.arange(16))
+    emb.retain_grad()
+    out = plain.lm_head(plain.ln_f(_blocks(plain, emb)))
+    (out * g).sum().backward()
+    d = emb.grad.double()
+    want_wte = torch.zeros(11, 32, dtype=torch.float64)
+    for b in range(3):
+        for t in range(16):
+            want_wte[x[b, t]] += d[b, t]
+    want_wte += (g.double().reshape(-1, 11).t() @ plain.ln_f(_blocks(plain, emb)).double().reshape(-1, 32))
+    errors = {"wte": (dense.wte.weight.grad.double() - want_wte).abs().max().item(),  # its head's share too
+              "wpe": (dense.wpe.weight.grad.double() - d.sum(0)).abs().max().item()}
+    assert errors["wte"] < 1e-5 and errors["wpe"] < 1e-5, errors
+    assert not build_model(tiny("model.dense_embedding_grad=true"), vocab_size=33).dense_embedding_grad
+
+
+def _blocks(model, emb):
+    x = model.drop(emb)
+    for block in model.blocks:
+        x = block(x)
+    return x

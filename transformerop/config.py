@@ -70,6 +70,7 @@ class ModelConfig:
     bias: bool = True
     fused_norm: bool = False  # each residual add + dropout + LayerNorm as one Triton kernel (CUDA)
     fused_mlp: bool = False  # the MLP's GELU in its matmul kernels' epilogues, forward and backward (CUDA)
+    dense_embedding_grad: bool = False  # wte's gradient as one_hot(idx)^T @ grad (vocab <= n_embd), wpe's a batch sum
 
 
 @dataclass
