@@ -93,3 +93,14 @@ def test_plan_fits_the_register_budget_and_covers_every_output():
     assert [plan(C, H, 65, 256, b, 132, add_once=True)["ADD_ONCE"]
             for C, H, b in ((1152, 18, 1), (768, 12, 1), (1152, 18, 8), (384, 6, 1), (1536, 12, 1))] == \
         [False, True, False, False, False]  # 1152 and 1536 wide: the MLP on the tensor cores; 384: one tile (ONE)
+
+
+def test_the_stream_slot_copies_where_they_measured_faster():
+    """Four copies of the MLP's slot at batch 1 where the MLP is one round over the whole row (384
+    wide: 1.04x on the H200), one elsewhere (768 and 1152 wide at batch 1, every width at batch
+    4 and 8: 0.83-1.00x with copies); by hand as given."""
+    from transformerop.decode.persistent_plan import plan
+    for C, H, batch, reps in ((384, 6, 1, 4), (384, 6, 4, 1), (384, 6, 8, 1), (768, 12, 1, 1), (1152, 18, 1, 1),
+                              (1152, 18, 8, 1)):
+        assert plan(C, H, 65, 256, batch, 132)["REPS"] == reps, (C, batch)
+    assert plan(1152, 18, 65, 256, 1, 132, by_hand={"REPS": 8})["REPS"] == 8
