@@ -14,10 +14,10 @@ loses to cuBLAS + the eager pass: 77.9 against 72.8 us forward, 99.5 against 86.
 whole MLP forward and backward 336 against 315 us (16,384 x 384, bf16, graphed): the epilogue
 (two stores, or a load and a store) is not hidden behind the next tile's products the way
 cuBLAS's warp-specialized kernels hide theirs, and the matmul alone, one store, matches cuBLAS
-(39.8 against 39.5 us at one program an SM). A descriptor needs its
-rows 16-byte aligned: n_embd a multiple of 8 (GPT.check says so before any work). GELU is the
-exact (erf) form nn.GELU computes, erf from a rational form good to 1.5e-7, applied to the fp32
-accumulator before the rounding to bf16 that an unfused pass reads back.
+(39.8 against 39.5 us at one program an SM). A descriptor needs its rows 16-byte aligned: n_embd a
+multiple of 8 (GPT.check says so before any work). GELU is the exact (erf) form nn.GELU computes,
+erf from a rational form good to 1.5e-7, applied to the fp32 accumulator before the rounding to
+bf16 that an unfused pass reads back.
 """
 import torch
 import torch.nn.functional as F
