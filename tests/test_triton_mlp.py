@@ -1,9 +1,9 @@
 """model.fused_mlp: GELU inside the MLP's matmul kernels (kernels/triton_mlp.py) against a float64
 formula written here, forward and every gradient, with and without biases, at shapes that are
 not multiples of the tiles (a width of 8k: the kernels' TMA rows are 16-byte aligned); the fused
-GPT's gradients against its float64 copy (whose MLPs must be PyTorch's); a planted error in one term of GELU's derivative inside the kernel (5% in fp32,
-2x in bf16, whose gate is looser), which the gradient gate's measure must catch; the kernel
-compiles for sm_90 (no GPU needed).
+GPT's gradients against its float64 copy (whose MLPs must be PyTorch's); a planted error in one
+term of GELU's derivative inside the kernel (5% in fp32, 2x in bf16, whose gate is looser), which
+the gradient gate's measure must catch; the kernel compiles for sm_90 (no GPU needed).
 
 CPU: under TRITON_INTERPRET=1 in one subprocess, fp32. GPU: bf16 at the seed's training shape."""
 import pytest
