@@ -21,6 +21,7 @@ After the first call for a key, the chosen config launches without the autotuner
 Python: on the H200 the host launch path, not the GPU, bounded these µs-scale kernels. Under
 TRITON_INTERPRET=1 (CPU tests) each kernel has a single config and nothing is timed.
 """
+import functools
 import math
 import os
 
@@ -36,6 +37,15 @@ poison_outputs = False  # tests set True: outputs start NaN so an unwritten elem
 force_configs = None  # tests: (fwd, bwd) dicts of BLOCK_M/BLOCK_N/num_warps/num_stages, or None
 LOG2E = 1.4426950408889634
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+FORWARDS = ("tl", "gluon")  # the forward kernels: this file's, kernels/gluon_attention.py's (sm_90)
+stats = {"tl": 0, "gluon": 0}  # forwards run by each (kernel="gluon" runs tl where gluon cannot: decode)
+
+
+@functools.cache
+def _gluon():
+    """kernels/gluon_attention.py, imported on first use: Gluon needs a Triton with its Hopper ops."""
+    from . import gluon_attention
+    return gluon_attention
 
 
 def _empty(shape, dtype, device):
@@ -69,11 +79,15 @@ def _consts(D, causal, prec, seed):
     return dict(HEAD_DIM=D, CAUSAL=causal, PREC=prec, DROPOUT=seed is not None)
 
 
-def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
+def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None, kernel="tl"):
     B, H, t_q, D = q.shape
     t_k = k.shape[2]
     o = _bthd(B, H, t_q, D, q.dtype, q.device)
     lse = _empty((B * H, t_q), torch.float32, q.device)
+    if kernel == "gluon" and _gluon().unsupported(q, k, v, causal) is None:
+        stats["gluon"] += 1
+        return _gluon().forward(q, k, v, o, lse, sm_scale * LOG2E, p_drop, threshold(p_drop), seed)
+    stats["tl"] += 1
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk, bh = _bucket(t_q), _bucket(t_k), _bucket(B * H)
     launch(_fwd_kernel, lambda c: (_cdiv(t_q, c["BLOCK_M"]), B * H),
@@ -105,11 +119,11 @@ class TritonAttentionFn(torch.autograd.Function):
     """dropout(softmax(q k^T * scale + causal)) v with Triton forward and backward kernels."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None):
+    def forward(ctx, q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None, kernel="tl"):
         q, k, v = _check(q, k, v, causal, dropout_p)
         sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
         seed = seed_tensor(seed, q.device) if dropout_p > 0 else None
-        o, lse = _forward(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)
+        o, lse = _forward(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed, kernel)
         ctx.save_for_backward(q, k, v, o, lse, seed)
         ctx.causal, ctx.sm_scale, ctx.allow_tf32, ctx.dropout_p = causal, sm_scale, allow_tf32, dropout_p
         return o
@@ -119,7 +133,7 @@ class TritonAttentionFn(torch.autograd.Function):
         q, k, v, o, lse, seed = ctx.saved_tensors
         do = _unit_last(do.to(o.dtype))
         dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.allow_tf32, ctx.dropout_p, seed)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def _check(q, k, v, causal, dropout_p=0.0):
@@ -142,17 +156,21 @@ def _check(q, k, v, causal, dropout_p=0.0):
     return _unit_last(q), _unit_last(k), _unit_last(v)
 
 
-def attention(q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None):
+def attention(q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None, forward="tl"):
     """Fused attention on (B, H, T, D) tensors; causal aligns queries to the last Tq keys.
 
     allow_tf32 (default True) lets fp32 matmuls use TF32 tensor cores (~1e-3 relative error);
     False keeps IEEE fp32. sm_scale defaults to 1/sqrt(D). dropout_p drops attention
     probabilities (kept ones scaled by 1/(1-p)), with a fresh seed from torch's RNG per call
-    unless `seed` (an int) is given. Differentiable in q, k and v.
+    unless `seed` (an int) is given. forward="gluon" runs the forward kernel of
+    kernels/gluon_attention.py where it can (unsupported() says where not: decode's Tq < Tk runs
+    this file's). Differentiable in q, k and v.
     """
+    if forward not in FORWARDS:
+        raise ValueError(f"forward={forward!r}: choose one of {FORWARDS}")
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return TritonAttentionFn.apply(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)
+        return TritonAttentionFn.apply(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed, forward)
     q, k, v = _check(q, k, v, causal, dropout_p)  # inference (decode): no autograd bookkeeping
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     seed = seed_tensor(seed, q.device) if dropout_p > 0 else None
-    return _forward(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)[0]
+    return _forward(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed, forward)[0]

@@ -35,6 +35,7 @@ def choices(name: str, names) -> type:
 Task = choices("Task", TASKS)
 TileCost = choices("TileCost", ("rounds", "bytes"))
 AttnProj = choices("AttnProj", ("auto", "row", "head"))
+AttnForward = choices("AttnForward", ("tl", "gluon"))
 Model = choices("Model", MODELS)
 Data = choices("Data", DATASETS)
 Attention = choices("Attention", BACKENDS)
@@ -96,6 +97,7 @@ class AttentionConfig:
     softmax_threshold: int = num(1024, ge=1)  # cuda_adaptive: rows at least this long use the block kernel
     allow_tf32: bool = True  # triton, fp32: TF32 tensor cores in tl.dot (false: IEEE fp32)
     cpp_launch: bool = True  # triton on CUDA: a C++ op, autograd node and launch (false: Python's, for debugging)
+    forward: AttnForward = AttnForward.tl  # triton: its forward kernel (gluon: kernels/gluon_attention.py, sm_90, bf16)
 
 
 @dataclass

@@ -107,10 +107,14 @@ def labels(cfg, device) -> dict:
 
 def _launch_fallbacks() -> dict:
     """A Triton kernel that had to fall back from its direct launch to the JIT, or that the C++
-    launcher refused (it then launched from Python), says so here."""
+    launcher refused (it then launched from Python), says so here, and so do the Gluon forwards."""
     launch, op = sys.modules.get("kernels.triton_launch"), sys.modules.get("kernels.triton_attention_op")
     err, refused = getattr(launch, "fallback_error", None), getattr(op, "refused", None)
     out = {"triton_launch_fallback": err} if err else {}
+    # attention.forward=gluon: how many forwards each kernel ran (the tl one takes what gluon cannot)
+    ta = sys.modules.get("kernels.triton_attention")
+    if ta is not None and ta.stats["gluon"]:
+        out["attention_forwards"] = dict(ta.stats)
     return {**out, "triton_cpp_refused": dict(refused)} if refused else out
 
 

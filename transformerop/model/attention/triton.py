@@ -8,6 +8,11 @@ against a growing KV cache; an explicit mask (the preallocated caches) is refuse
 On CUDA the kernels run behind a C++ op (kernels/triton_attention_op.py: its autograd node and
 launches are C++, so an eager call pays little host time); `attention.cpp_launch=false` keeps the
 Python autograd.Function and launch path, which the interpreter always uses.
+
+`attention.forward=gluon` runs the forward of kernels/gluon_attention.py instead (sm_90, bf16:
+each key tile's softmax under the previous tile's P V on the tensor cores), with the same
+backward; its launches are Python's (the C++ op launches the tl kernels only), and calls it does
+not take (decode's single queries) run the tl forward.
 """
 import functools
 import importlib
@@ -37,11 +42,14 @@ class TritonAttention(CausalSelfAttention):
     accepts_mask = False  # causal only: no masked preallocated caches
     dtypes = ("float32", "bfloat16")
     backward = "kernel"
+    forwards = ("tl", "gluon")  # attention.forward: this backend's forward kernels
 
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
         self.allow_tf32 = bool(getattr(acfg, "allow_tf32", True))  # schema default True; bare dicts too
-        self.cpp_launch = bool(getattr(acfg, "cpp_launch", True)) and not interpreting()
+        self.forward_kernel = str(getattr(acfg, "forward", "tl"))
+        # the C++ op launches the tl kernels only: a Gluon forward goes through the Python path
+        self.cpp_launch = bool(getattr(acfg, "cpp_launch", True)) and not interpreting() and self.forward_kernel == "tl"
         _kernels()  # import now: a missing kernels/ fails at build, not mid-step
 
     @classmethod
@@ -53,8 +61,9 @@ class TritonAttention(CausalSelfAttention):
 
     @classmethod
     def variants(cls, name):
-        """Both launch paths: the C++ op and the Python autograd.Function over the same kernels."""
-        return [(name, {"name": name}), (f"{name}_python_launch", {"name": name, "cpp_launch": False})]
+        """Both launch paths (the C++ op, the Python autograd.Function) and the Gluon forward."""
+        return [(name, {"name": name}), (f"{name}_python_launch", {"name": name, "cpp_launch": False}),
+                (f"{name}_gluon_forward", {"name": name, "forward": "gluon"})]
 
     @classmethod
     def check(cls, cfg, device):
@@ -67,9 +76,14 @@ class TritonAttention(CausalSelfAttention):
             import triton  # noqa: F401
         except ImportError as e:
             raise BackendUnavailable(f"attention=triton needs the triton package ({e})") from None
+        forward = str(getattr(cfg.attention, "forward", "tl"))
+        if forward not in cls.forwards:
+            raise ValueError(f"attention.forward={forward}: choose one of {', '.join(cls.forwards)}")
+        if forward == "gluon":
+            _check_gluon(cfg, device, interpret)
         if interpret:
             _check_interpretable(cfg)
-        elif getattr(cfg.attention, "cpp_launch", True):
+        elif getattr(cfg.attention, "cpp_launch", True) and forward == "tl":
             importlib.import_module("kernels.triton_attention_op").require(device)
 
     def attend(self, q, k, v, mask):
@@ -80,7 +94,28 @@ class TritonAttention(CausalSelfAttention):
         if self.cpp_launch and q.is_cuda:
             return _op().attention(q, k, v, True, self.scale, self.allow_tf32, p, None)
         return _kernels().attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32,
-                                    dropout_p=p)
+                                    dropout_p=p, forward=self.forward_kernel)
+
+
+def _check_gluon(cfg, device, interpret: bool) -> None:
+    """attention.forward=gluon: a Hopper GPU, bf16 and a head dim the kernel has tiles for, or one
+    line saying which is missing."""
+    if interpret or torch.device(device).type != "cuda" or not torch.cuda.is_available() or \
+            torch.cuda.get_device_capability(device)[0] != 9:
+        raise BackendUnavailable("attention.forward=gluon needs a Hopper GPU (sm_90: TMA and warp-group MMAs); "
+                                 "attention.forward=tl runs elsewhere")
+    try:
+        from kernels import gluon_attention
+    except ImportError as e:
+        raise BackendUnavailable(f"attention.forward=gluon needs a Triton with Gluon's Hopper ops ({e})") from None
+    if cfg.train.dtype != "bfloat16":
+        raise ValueError(f"attention.forward=gluon runs bf16, not train.dtype={cfg.train.dtype}: "
+                         "set train.dtype=bfloat16 or attention.forward=tl")
+    m = cfg.model
+    D = m.n_embd // m.n_head
+    if D not in gluon_attention.CONFIGS:
+        raise ValueError(f"attention.forward=gluon has tiles for head dim {sorted(gluon_attention.CONFIGS)}, "
+                         f"not model.n_embd / model.n_head = {D}: set attention.forward=tl")
 
 
 # The Triton interpreter runs each kernel program as numpy on the CPU: ~10 ms a program here.
