@@ -32,19 +32,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+# the dropout hash of the tl kernels, called as they are: the tl backward regenerates this mask
+from .triton_dropout import kept, load_seed, row_keys
+
 # TMA's global -> shared copy: async_load from Triton 3.7 on, async_copy_global_to_shared before
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-
-
-@gluon.jit
-def _mix(x):
-    """murmur3's finalizer, as kernels/triton_dropout.mix (the backward regenerates the mask)."""
-    x ^= x >> 16
-    x *= 0x85EBCA6B
-    x ^= x >> 13
-    x *= 0xC2B2AE35
-    x ^= x >> 16
-    return x
 
 
 @gluon.jit
@@ -61,8 +53,7 @@ def _softmax_step(s, j, m_i, l_i, rows, rkeys, qk_scale, T, drop_thr, n_full,
     alpha = gl.exp2(m_i - m_new)
     l_i = l_i * alpha + gl.sum(p, 1)
     if DROPOUT:
-        h = _mix(rkeys[:, None] ^ (cols.to(gl.uint32) * 0x9E3779B9)[None, :])
-        p = gl.where((h >> 8).to(gl.int32) >= drop_thr, p, 0.0)
+        p = gl.where(kept(rkeys[:, None], cols[None, :], drop_thr), p, 0.0)
     return p, alpha, m_new, l_i
 
 
@@ -119,12 +110,7 @@ def _fwd_kernel(q_desc, k_desc, v_desc, O, LSE, SEED, drop_thr, keep_scale, qk_s
 
     rows = start_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     o_rows = bh.to(gl.int64) * T + rows  # the dropout hash's row index and the LSE's
-    if DROPOUT:  # as kernels/triton_dropout.row_keys
-        seed = gl.load(SEED)
-        k1 = _mix(o_rows.to(gl.uint32) ^ seed.to(gl.uint32))
-        rkeys = _mix(k1 ^ (o_rows >> 32).to(gl.uint32) ^ (seed >> 32).to(gl.uint32))
-    else:
-        rkeys = rows
+    rkeys = row_keys(load_seed(SEED, DROPOUT), o_rows, DROPOUT)
     m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([BLOCK_M], gl.float32, layout=gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)

@@ -73,8 +73,9 @@ def test_ptxas_note_is_caught(tmp_path, monkeypatch):
     path = tmp_path / "gluon_attention_swapped.py"
     path.write_text(src.replace(issue_s + issue_pv, issue_pv + issue_s))
     import importlib.util
-    spec = importlib.util.spec_from_file_location("gluon_attention_swapped", path)
+    spec = importlib.util.spec_from_file_location("kernels.gluon_attention_swapped", path)
     swapped = importlib.util.module_from_spec(spec)
+    swapped.__package__ = "kernels"  # its relative imports
     spec.loader.exec_module(swapped)
     monkeypatch.setattr(ga, "_fwd_kernel", swapped._fwd_kernel)
     assert "C7514" in _ptxas_info(_compile(128, False).asm["ptx"], tmp_path)
