@@ -19,6 +19,8 @@ bottom-right causal, the dropout mask of kernels/triton_dropout.py (the same has
 backward regenerates it). It takes causal self-attention (Tq = Tk) in bf16/fp16 at head dim 64
 or 128 on sm_90, in a layout TMA can address (unsupported() says why not; such calls run the tl forward).
 """
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -175,33 +177,44 @@ def _rows(t, T, D):
     return None
 
 
-def unsupported(q, k, v, causal) -> str | None:
-    """Why this forward cannot take the call, in a phrase (None: it can)."""
+def plan(q, k, v, causal):
+    """(why not, None) where this forward cannot take the call, else (None, the TMA views of q,
+    k and v from _rows), so a call works them out once."""
     if not (q.is_cuda and torch.cuda.get_device_capability(q.device)[0] == 9):
-        return "it needs a Hopper GPU (sm_90: TMA and warp-group MMAs)"
+        return "it needs a Hopper GPU (sm_90: TMA and warp-group MMAs)", None
     if q.dtype not in (torch.bfloat16, torch.float16):
-        return f"it runs bf16 or fp16, not {q.dtype}"
+        return f"it runs bf16 or fp16, not {q.dtype}", None
     if not causal or q.shape != k.shape or k.shape != v.shape:
-        return "it takes causal self-attention only (as many queries as keys)"
+        return "it takes causal self-attention only (as many queries as keys)", None
     T, D = q.shape[2], q.shape[3]
     if D not in CONFIGS:
-        return f"it takes head dim {' or '.join(map(str, CONFIGS))}, not {D}"
-    if any(_rows(x, T, D) is None for x in (q, k, v)):
-        return "q, k and v need unit-stride rows TMA can address (16-byte aligned)"
-    return None
+        return f"it takes head dim {' or '.join(map(str, CONFIGS))}, not {D}", None
+    views = [_rows(x, T, D) for x in (q, k, v)]
+    if any(view is None for view in views):
+        return "q, k and v need unit-stride rows TMA can address (16-byte aligned)", None
+    return None, views
 
 
-def forward(q, k, v, o, lse, sm_scale_log2, p_drop, drop_thr, seed, config=None):
+def unsupported(q, k, v, causal) -> str | None:
+    """Why this forward cannot take the call, in a phrase (None: it can)."""
+    return plan(q, k, v, causal)[0]
+
+
+@functools.cache
+def _smem_layout(block, D, el):
+    """The shared-memory layout of a (block, D) TMA tile: the same for every call of a shape."""
+    return gl.NVMMASharedLayout.get_default_for([block, D], el)
+
+
+def forward(q, k, v, o, lse, sm_scale_log2, p_drop, drop_thr, seed, views, config=None):
     """O (a (B, H, T, D) view of (B, T, H, D) memory) and LSE ((B*H, T) fp32) for causal q, k, v
-    that supported() takes; config: (BLOCK_N, STAGES) in place of CONFIGS's."""
+    with the TMA views plan() found; config: (BLOCK_N, STAGES) in place of CONFIGS's."""
     B, H, T, D = q.shape
     bn, stages = config or CONFIGS[D]
     el = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
     descs, coords = [], []
-    for x, block in ((q, 64), (k, bn), (v, bn)):
-        rb, rh, ch, stride, n_rows, n_cols = _rows(x, T, D)
-        layout = gl.NVMMASharedLayout.get_default_for([block, D], el)
-        descs.append(TensorDescriptor(x, [n_rows, n_cols], [stride, 1], [block, D], layout))
+    for x, block, (rb, rh, ch, stride, n_rows, n_cols) in zip((q, k, v), (64, bn, bn), views):
+        descs.append(TensorDescriptor(x, [n_rows, n_cols], [stride, 1], [block, D], _smem_layout(block, D, el)))
         coords += [rb, rh, ch]
     _fwd_kernel[(triton.cdiv(T, 64), B * H)](*descs, o, lse, lse if seed is None else seed, drop_thr,
                                              1.0 / (1.0 - p_drop), sm_scale_log2, H, T, *coords, HEAD_DIM=D,

@@ -84,9 +84,10 @@ def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None, kerne
     t_k = k.shape[2]
     o = _bthd(B, H, t_q, D, q.dtype, q.device)
     lse = _empty((B * H, t_q), torch.float32, q.device)
-    if kernel == "gluon" and _gluon().unsupported(q, k, v, causal) is None:
+    views = _gluon().plan(q, k, v, causal)[1] if kernel == "gluon" else None
+    if views is not None:
         stats["gluon"] += 1
-        return _gluon().forward(q, k, v, o, lse, sm_scale * LOG2E, p_drop, threshold(p_drop), seed)
+        return _gluon().forward(q, k, v, o, lse, sm_scale * LOG2E, p_drop, threshold(p_drop), seed, views)
     stats["tl"] += 1
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk, bh = _bucket(t_q), _bucket(t_k), _bucket(B * H)

@@ -22,6 +22,7 @@ from .decode import PATHS
 from .errors import ConfigError
 from .model import BACKENDS, MODELS
 from .model.attention.softmax import SOFTMAXES
+from .model.attention.triton import TritonAttention
 from .runtime import DTYPES
 from .tasks import TASKS
 
@@ -35,7 +36,7 @@ def choices(name: str, names) -> type:
 Task = choices("Task", TASKS)
 TileCost = choices("TileCost", ("rounds", "bytes"))
 AttnProj = choices("AttnProj", ("auto", "row", "head"))
-AttnForward = choices("AttnForward", ("tl", "gluon"))
+AttnForward = choices("AttnForward", TritonAttention.forwards)
 Model = choices("Model", MODELS)
 Data = choices("Data", DATASETS)
 Attention = choices("Attention", BACKENDS)
