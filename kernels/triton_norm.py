@@ -174,11 +174,11 @@ def _backward(dy, dh_in, h, weight, bias, mean, rstd, seed, p_drop, x_dtype, br_
 
 class AddNormFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, branch, weight, bias, seed, p_drop, eps, out_dtype):
+    def forward(ctx, x, branch, weight, bias, seed, p_drop, eps, out_dtype, start):
         C = branch.shape[-1]
         br = branch.contiguous().view(-1, C)
         xr = x.contiguous().view(-1, C) if x is not None else None
-        h, y, mean, rstd = _forward(xr, br, weight, bias, seed, p_drop, eps, out_dtype, _stream_dtype(x, branch))
+        h, y, mean, rstd = _forward(xr, br, weight, bias, seed, p_drop, eps, out_dtype, _stream_dtype(x, branch, start))
         ctx.save_for_backward(h, weight, bias, mean, rstd, seed)
         ctx.meta = (x.dtype if x is not None else None, branch.dtype, p_drop)
         ctx.shape = branch.shape
@@ -193,15 +193,15 @@ class AddNormFn(torch.autograd.Function):
         dx, dbr, dw, db = _backward(dy.contiguous().view(n, C), dh_in, h, weight, bias, mean, rstd, seed, p_drop,
                                     x_dtype, br_dtype)
         dx = dx.view(ctx.shape) if dx is not None else None
-        return dx, dbr.view(ctx.shape), dw, db, None, None, None, None
+        return dx, dbr.view(ctx.shape), dw, db, None, None, None, None, None
 
 
 def warmups(C: int, bias: bool, p_drop: float, start_dtype, branch_dtype, out_dtype, device,
-            backward: bool) -> list:
+            backward: bool, stream_dtype=None) -> list:
     """Zero-argument calls, each launching one of the kernels a pre-LN stack of add_norm calls
     runs at width C, on 16 rows of zeros: the first call's forward (no residual, the branch in
-    start_dtype: the embedding's), a later one's (the residual stream in fp32, the branch in
-    branch_dtype), and with `backward` their backward with the stream's gradient and the last
+    start_dtype: the embedding's), a later one's (the residual stream in stream_dtype -- default
+    fp32 --, the branch in branch_dtype), and with `backward` their backward with the stream's gradient and the last
     call's without it. A launch compiles its kernel (or loads it from Triton's cache) once per
     form, so calls made before a job's first step take that off its start-up (run at once in
     threads, they overlap: transformerop/cuda_early.py). Nothing random is drawn."""
@@ -209,7 +209,7 @@ def warmups(C: int, bias: bool, p_drop: float, start_dtype, branch_dtype, out_dt
     w = torch.ones(C, device=device)
     b = torch.zeros(C, device=device) if bias else None
     seed = torch.zeros(2, dtype=torch.int64, device=device)[:1] if p_drop > 0 else None
-    stream = torch.promote_types(torch.float32, branch_dtype)
+    stream = stream_dtype or torch.promote_types(torch.float32, branch_dtype)
 
     def inputs(start):  # (residual, branch) of the first call (none, the embedding's) or a later one
         rows = torch.zeros(n, C, dtype=start_dtype if start else branch_dtype, device=device)
@@ -217,11 +217,12 @@ def warmups(C: int, bias: bool, p_drop: float, start_dtype, branch_dtype, out_dt
 
     def forward(start):
         xr, br = inputs(start)
-        _forward(xr, br, w, b, seed, p_drop, 1e-5, out_dtype, _stream_dtype(xr, br))
+        _forward(xr, br, w, b, seed, p_drop, 1e-5, out_dtype, _stream_dtype(xr, br, stream_dtype))
 
     def backward_of(start, has_dh):  # on made-up saved tensors: its forward's kernel is the other calls' work
         xr, br = inputs(start)
-        h, stats = torch.zeros(n, C, dtype=_stream_dtype(xr, br), device=device), torch.zeros(n, device=device)
+        h, stats = torch.zeros(n, C, dtype=_stream_dtype(xr, br, stream_dtype), device=device), \
+            torch.zeros(n, device=device)
         _backward(torch.zeros(n, C, dtype=out_dtype, device=device), torch.zeros_like(h) if has_dh else None, h,
                   w, b, stats, stats, seed, p_drop, None if start else stream, br.dtype)
 
@@ -231,16 +232,20 @@ def warmups(C: int, bias: bool, p_drop: float, start_dtype, branch_dtype, out_dt
     return calls
 
 
-def _stream_dtype(x, branch) -> torch.dtype:
-    """The residual stream's dtype: at least fp32 (a bf16 branch joins an fp32 stream)."""
+def _stream_dtype(x, branch, start=None) -> torch.dtype:
+    """The residual stream's dtype: x's joined with the branch's (a bf16 branch joins an fp32
+    stream); where the stream starts (x None), `start`, or fp32 at least."""
+    if x is None and start is not None:
+        return start
     return torch.promote_types(x.dtype if x is not None else torch.float32, branch.dtype)
 
 
-def add_norm(x, branch, norm: torch.nn.LayerNorm, p_drop: float = 0.0, seed=None, out_dtype=None):
+def add_norm(x, branch, norm: torch.nn.LayerNorm, p_drop: float = 0.0, seed=None, out_dtype=None, start=None):
     """(x + dropout(branch), norm(x + dropout(branch))) in one kernel; x None: the stream starts
-    at dropout(branch). `seed`: a 1-element int64 device tensor (dropout on when given, p > 0);
-    out_dtype: the normed output's dtype (default: the residual's)."""
+    at dropout(branch), in dtype `start` (default: fp32 at least). `seed`: a 1-element int64
+    device tensor (dropout on when given, p > 0); out_dtype: the normed output's dtype (default:
+    the residual's)."""
     if not 0.0 <= p_drop < 1.0:
         raise ValueError(f"add_norm: dropout probability {p_drop} must be in [0, 1)")
     return AddNormFn.apply(x, branch, norm.weight, norm.bias, seed, float(p_drop), float(norm.eps),
-                           out_dtype or _stream_dtype(x, branch))
+                           out_dtype or _stream_dtype(x, branch, start), start)

@@ -165,3 +165,38 @@ def _blocks(model, emb):
     for block in model.blocks:
         x = block(x)
     return x
+
+
+def test_bf16_stream_is_bf16_through_the_blocks_and_close_to_the_fp32_one():
+    """model.stream_dtype=bfloat16 under (CPU) autocast: each block reads and writes a bf16 stream,
+    and the loss and gradients stay within bf16's rounding of the fp32 stream's; without autocast
+    it changes nothing."""
+    from transformerop.measure.reference import norm_rel_err
+    x, y = torch.randint(11, (4, 16)), torch.randint(11, (4, 16))
+    seen, runs = {}, {}
+    for dt in ("float32", "bfloat16"):
+        torch.manual_seed(0)
+        model = build_model(tiny(f"model.stream_dtype={dt}", "train.dtype=bfloat16"), vocab_size=11)
+        def note(m, args, out, dt=dt):  # the first call's dtypes, the one under autocast
+            seen.setdefault(dt, (args[0].dtype, out.dtype))
+        model.blocks[1].register_forward_hook(note)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x, y)[1]
+        loss.backward()
+        runs[dt] = loss.item(), [p.grad for p in model.parameters()]
+        with torch.no_grad():  # no autocast: the stream follows the weights
+            assert model.blocks[1](torch.zeros(1, 16, 32)).dtype == torch.float32
+    assert seen == {"float32": (torch.float32, torch.float32), "bfloat16": (torch.bfloat16, torch.bfloat16)}
+    assert runs["bfloat16"][0] == pytest.approx(runs["float32"][0], rel=2e-2)
+    assert runs["bfloat16"][0] != runs["float32"][0]  # a different rounding, not the same arithmetic
+    assert max(norm_rel_err(g, r) for g, r in zip(runs["bfloat16"][1], runs["float32"][1])) < 5e-2
+
+
+def test_bf16_stream_without_bf16_training_is_refused(tmp_path):
+    from conftest import run_cli
+    run_dir = tmp_path / "run"
+    r = run_cli("model.stream_dtype=bfloat16", "train.dtype=float32", "train.max_iters=1", "logger=none",
+                f"hydra.run.dir={run_dir}")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert "model.stream_dtype=bfloat16" in r.stderr and "train.dtype=bfloat16" in r.stderr, r.stderr[-2000:]
+    assert not run_dir.exists()

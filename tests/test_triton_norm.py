@@ -66,6 +66,21 @@ for res in (True, False):
             out[name] = {"h": rel(h, h64), "y": rel(y, y64), "keep": keep.mean().item(),
                          "grads": [norm_rel_err(g, r) for g, r in zip(got, ref)]}
 
+# a stream in the branch's dtype (model.stream_dtype=bfloat16 on a GPU): it stays in it, forward
+# and backward; a stream that starts (x None) takes `start`, whatever the branch's dtype
+x = torch.randn(N_ROWS, C, device=dev).to(dt).requires_grad_()
+br = torch.randn(N_ROWS, C, device=dev).to(dt).requires_grad_()
+ln = torch.nn.LayerNorm(C).to(dev)
+h, y = TN.add_norm(x, br, ln, 0.0, None, out_dtype=dt)
+h0, _ = TN.add_norm(None, torch.randn(N_ROWS, C, device=dev), ln, 0.0, None, out_dtype=dt, start=dt)
+x64, br64 = x.detach().double().requires_grad_(), br.detach().double().requires_grad_()
+h64, y64 = formula(x64, br64, ln.weight.detach().double(), ln.bias.detach().double(), 1.0, 0.0, ln.eps)
+dh, dy = torch.randn_like(h), torch.randn_like(y)
+got = torch.autograd.grad((h.float() * dh.float()).sum() + (y.float() * dy.float()).sum(), (x, br))
+ref = torch.autograd.grad((h64 * dh.double()).sum() + (y64 * dy.double()).sum(), (x64, br64))
+out["stream"] = {"dtypes": [str(t.dtype) for t in (h, h0, got[0], got[1])], "expected": str(dt), "h": rel(h, h64),
+                 "y": rel(y, y64), "grads": [norm_rel_err(g, r) for g, r in zip(got, ref)]}
+
 # seeds: a new seed is a new mask; the same seed the same mask
 ln = torch.nn.LayerNorm(C).to(dev)
 br = torch.ones(N_ROWS, C, device=dev, dtype=dt)
@@ -138,6 +153,9 @@ def _assert(out, tol, grad_tol, gate_tol):
         assert all(e < grad_tol for e in r["grads"]), (name, r["grads"])
         if "p0.3" in name:
             assert 0.6 < r["keep"] < 0.8, (name, r["keep"])  # keep rate 1 - p
+    s = out["stream"]
+    assert s["dtypes"] == [s["expected"]] * 4 and s["h"] < tol and s["y"] < tol, s
+    assert all(e < grad_tol for e in s["grads"]), s
     assert out["same_seed_same_mask"] and 0.3 < out["new_seed_new_mask"] < 0.7
     assert out["model_grad_err"] < gate_tol
     assert out["planted_grad_err"] > gate_tol  # the gate's measure sees a 1% error in one gradient

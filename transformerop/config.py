@@ -73,6 +73,10 @@ class ModelConfig:
     fused_norm: bool = False  # each residual add + dropout + LayerNorm as one Triton kernel (CUDA)
     fused_mlp: bool = False  # the MLP's GELU in its matmul kernels' epilogues, forward and backward (CUDA)
     dense_embedding_grad: bool = False  # wte's gradient as one_hot(idx)^T @ grad (vocab <= n_embd), wpe's a batch sum
+    # the residual stream's dtype under bf16 autocast: float32 (autocast's: a bf16 branch joins an
+    # fp32 stream) or bfloat16 (half the bytes through every residual add and LayerNorm, and its
+    # gradient in bf16 too: a different rounding, not the same arithmetic)
+    stream_dtype: Dtype = Dtype.float32
 
 
 @dataclass
@@ -153,6 +157,10 @@ class TrainConfig:
     eval_train: bool = True  # in-loop evals estimate the train split too (false: val only; train loss from the steps)
     dtype: Dtype = Dtype.float32  # bfloat16: autocast (train), weights cast (generate)
     compile: bool = False
+    # bf16: every Linear's weight held in bf16 as the model's parameter, its fp32 master in the
+    # optimizer (transformerop/master_weights.py): two multi-tensor copies a step in place of
+    # autocast's two casts a weight, the same arithmetic
+    master_weights: bool = False
     cuda_graph: bool = False  # capture the whole train step in one CUDA graph (CUDA, grad_accum 1, 1 rank)
     resume: Any = True  # true: latest checkpoint in the run dir; false; or a checkpoint path
     checkpoint: bool = True

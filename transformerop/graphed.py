@@ -27,8 +27,11 @@ class GraphedStep:
         return loss
 
     def _tensors(self):
-        """Everything a warm-up step changes: parameters and optimizer state."""
+        """Everything a warm-up step changes: parameters (and train.master_weights' masters) and
+        optimizer state."""
         params = list(self.tr.model.parameters())
+        stepped = [p for g in self.tr.opt.param_groups for p in g["params"]]
+        params += [p for p in stepped if all(p is not q for q in params)]
         state = [v for p in params for v in self.tr.opt.state.get(p, {}).values() if torch.is_tensor(v)]
         return params + state
 

@@ -15,8 +15,9 @@ import torch
 from tqdm import tqdm
 
 from . import checkpoint, clock, distributed
+from .master_weights import MasterWeights
 from .optim import AdamW
-from .runtime import autocast, sync
+from .runtime import autocast, sync, torch_dtype
 
 log = logging.getLogger(__name__)
 LOG_EVERY = 10  # steps between the (one) host sync that reads losses back
@@ -34,9 +35,12 @@ def lr_at(step: int, t) -> float:
     return t.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (t.lr - t.min_lr)
 
 
-def build_optimizer(model, t, device):
-    """Weight decay on matrices only (not biases, LayerNorm or embeddings' 1-D params)."""
+def build_optimizer(model, t, device, masters=None):
+    """Weight decay on matrices only (not biases, LayerNorm or embeddings' 1-D params). With
+    masters (train.master_weights), AdamW steps their fp32 masters in place of the bf16 weights."""
     params = [p for p in model.parameters() if p.requires_grad]
+    if masters is not None:
+        params = masters.substituted(params)
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -81,7 +85,8 @@ class Trainer:
         self.cfg, self.t, self.data, self.device = cfg, cfg.train, data, device
         self.model = model.to(device)
         self.raw_model = self.model
-        self.opt = build_optimizer(self.model, self.t, device)
+        self.masters = MasterWeights(self.model, torch_dtype(self.t.dtype)) if self.t.master_weights else None
+        self.opt = build_optimizer(self.model, self.t, device, self.masters)
         self.ckpt_path = ckpt_path
         self.tracker = tracker
         self.step, self.best_val, self.best_step = 0, float("inf"), None
@@ -102,8 +107,12 @@ class Trainer:
             self.graphed = GraphedStep(self)
 
     # -- checkpoints ---------------------------------------------------------
+    def model_state(self) -> dict:
+        """The model's weights as a checkpoint keeps them: fp32 (train.master_weights: the masters)."""
+        return self.raw_model.state_dict() if self.masters is None else self.masters.state_dict(self.raw_model)
+
     def state(self) -> dict:
-        return {"model": self.raw_model.state_dict(), "optimizer": self.opt.state_dict(), "step": self.step,
+        return {"model": self.model_state(), "optimizer": self.opt.state_dict(), "step": self.step,
                 "best_val": self.best_val, "best_step": self.best_step, "signature": self.signature,
                 "rng_cpu": torch.get_rng_state(),
                 "rng_cuda": torch.cuda.get_rng_state() if self.device.type == "cuda" else None,
@@ -119,12 +128,14 @@ class Trainer:
     def save_best(self) -> None:
         """Weights of the best eval so far (what a user would sample from after overfitting)."""
         if self.t.checkpoint and self.main:
-            checkpoint.save(self.ckpt_path.with_name("best.pt"), model=self.raw_model.state_dict(),
+            checkpoint.save(self.ckpt_path.with_name("best.pt"), model=self.model_state(),
                             signature=self.signature, step=self.step, val_loss=self.best_val)
 
     def resume(self, path) -> None:
         st = checkpoint.load(path, self.signature)
         self.raw_model.load_state_dict(st["model"])
+        if self.masters is not None:  # the checkpoint's fp32 weights, not their bf16 copies, seed the masters
+            self.masters.load(self.raw_model, st["model"])
         self.opt.load_state_dict(st["optimizer"])  # in place: a captured step's lr tensor stays the one it reads
         self.step, self.best_val, self.best_step = int(st["step"]), float(st["best_val"]), st.get("best_step")
         torch.set_rng_state(st["rng_cpu"])
@@ -183,10 +194,19 @@ class Trainer:
         return loss.detach()
 
     def optimizer_step(self) -> None:
-        """Clip (on the device), AdamW, and drop the grads for the next step."""
+        """Clip (on the device), AdamW, and drop the grads for the next step. With
+        train.master_weights the bf16 gradients go to the fp32 masters first, clip and AdamW run on
+        those (in the model's parameter order, as without them), and the masters go back into the
+        bf16 weights after."""
+        params = self.model.parameters()
+        if self.masters is not None:
+            self.masters.pull()
+            params = self.masters.substituted(params)
         if self.t.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.grad_clip)
+            torch.nn.utils.clip_grad_norm_(params, self.t.grad_clip)
         self.opt.step()
+        if self.masters is not None:
+            self.masters.push()
         self.opt.zero_grad(set_to_none=True)
 
     def eager_step(self):
@@ -198,8 +218,25 @@ class Trainer:
             # Under DDP, all-reduce gradients only once, on the last micro-step.
             with self.model.no_sync() if self.ddp and not last else contextlib.nullcontext():
                 loss = self.forward_backward(x, y, 1.0 / t.grad_accum)
+            if self.masters is not None and not last:  # accumulated in fp32, as autocast's casts would
+                self.masters.pull()
         self.optimizer_step()
         return loss
+
+    @contextlib.contextmanager
+    def full_precision(self):
+        """The trained model with fp32 weights inside (train.master_weights: its masters), for what
+        reads the model outside autocast after training: sampling, exact match."""
+        with self.masters.full_precision() if self.masters is not None else contextlib.nullcontext():
+            yield self.raw_model
+
+    def trained_model(self):
+        """The model with fp32 weights for good, once training is over (train.master_weights: the
+        masters become its parameters; no captured step replays after this)."""
+        if self.masters is not None:
+            self.masters.release()
+            self.masters, self.graphed = None, None
+        return self.raw_model
 
     def train_step(self, step: int):
         set_lr(self.opt, lr_at(step, self.t))

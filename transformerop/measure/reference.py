@@ -190,9 +190,11 @@ def check_train_step(trainer, data, dtype_name: str, device) -> dict:
         if err >= worst:
             worst, worst_name = err, name
     errs.update(grad_err=worst, grad_worst=worst_name)
-    before = [p.detach().clone() for p in model.parameters()]
+    # the parameters AdamW steps: train.master_weights' fp32 masters in place of their bf16 copies
+    stepped = list(model.parameters()) if trainer.masters is None else trainer.masters.substituted(model.parameters())
+    before = [p.detach().clone() for p in stepped]
     trainer.optimizer_step()
-    unchanged = [n for (n, p), b in zip(model.named_parameters(), before) if torch.equal(b, p.detach())]
+    unchanged = [n for (n, _), p, b in zip(model.named_parameters(), stepped, before) if torch.equal(b, p.detach())]
     if unchanged:
         raise Mismatch(f"train_step: the optimizer step left {len(unchanged)} parameter tensors unchanged "
                        f"({', '.join(unchanged[:3])})")

@@ -5,7 +5,8 @@ model.fused_norm runs the same blocks with every residual add, its dropout and t
 after it as one Triton kernel (kernels/triton_norm.py): the same parameters, the same function,
 fewer and cheaper kernels. Decoding against a KV cache keeps the plain path. model.fused_mlp
 computes each MLP's GELU inside its matmul kernels (kernels/triton_mlp.py), forward and backward.
-model.dense_embedding_grad takes both embeddings' gradients as dense sums (OneHotGrad below)."""
+model.dense_embedding_grad takes both embeddings' gradients as dense sums (OneHotGrad below).
+model.stream_dtype=bfloat16 keeps the residual stream in bf16 under autocast (fp32 otherwise)."""
 import math
 
 import torch
@@ -79,6 +80,7 @@ class GPT(nn.Module):
         self.fused_norm = bool(getattr(cfg, "fused_norm", False))
         # wte's gradient by one-hot matmul where the vocabulary is no larger than the width (OneHotGrad)
         self.dense_embedding_grad = bool(getattr(cfg, "dense_embedding_grad", False)) and vocab_size <= cfg.n_embd
+        self.bf16_stream = str(getattr(cfg, "stream_dtype", "float32")) == "bfloat16"
         self.block_size = cfg.block_size
         self.attention_cls = get_backend(acfg.name)
         self.wte = nn.Embedding(vocab_size, cfg.n_embd)
@@ -104,6 +106,9 @@ class GPT(nn.Module):
     def check(cls, cfg, device) -> None:
         """Raise before any work if this model's options cannot run on device."""
         fused = [f"model.{k}=true" for k in ("fused_norm", "fused_mlp") if getattr(cfg.model, k, False)]
+        if str(getattr(cfg.model, "stream_dtype", "float32")) == "bfloat16" and cfg.train.dtype != "bfloat16":
+            raise ConfigError("model.stream_dtype=bfloat16 is the residual stream under bf16 autocast: needs "
+                              "train.dtype=bfloat16 (or model.stream_dtype=float32)")
         if getattr(cfg.model, "fused_mlp", False) and cfg.model.n_embd % 8:  # TMA rows: 16-byte aligned
             raise ConfigError(f"model.n_embd={cfg.model.n_embd}: model.fused_mlp=true needs a multiple of 8 "
                               "(its kernels load rows through TMA); use model.fused_mlp=false or another width")
@@ -129,7 +134,8 @@ class GPT(nn.Module):
             from kernels.triton_norm import warmups
             for p in dict.fromkeys((m.dropout, 0.0)):  # training's dropout (forward and backward), evaluation's none
                 # the stream starts at the embedding's sum, fp32 like the embedding weights under autocast
-                calls += warmups(m.n_embd, m.bias, p, torch.float32, compute, compute, device, backward=p == m.dropout)
+                calls += warmups(m.n_embd, m.bias, p, torch.float32, compute, compute, device, backward=p == m.dropout,
+                                 stream_dtype=torch_dtype(m.stream_dtype) if m.stream_dtype == "bfloat16" else None)
         if m.fused_mlp:
             from kernels.triton_mlp import warmups
             calls += warmups(m.n_embd, m.bias, compute, device)
@@ -150,6 +156,8 @@ class GPT(nn.Module):
         if self.fused_norm and caches is None:
             x = self._fused_blocks(emb)
         else:
+            if self._stream_dtype(idx.device) is not None:
+                emb = emb.to(self._stream_dtype(idx.device))
             x = self.drop(emb)
             for i, block in enumerate(self.blocks):
                 x = block(x, None if caches is None else caches[i])
@@ -159,6 +167,10 @@ class GPT(nn.Module):
         if targets is not None:  # -1 marks positions without a target (addition prompts)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-1)
         return logits, loss
+
+    def _stream_dtype(self, dev):
+        """bf16 for model.stream_dtype=bfloat16 under autocast; else None (autocast's own rule)."""
+        return torch.get_autocast_dtype(dev.type) if self.bf16_stream and torch.is_autocast_enabled(dev.type) else None
 
     def _fused_blocks(self, emb):
         """Block by block as in Block.forward, each `x = x + dropout(branch); ln(x)` one kernel:
@@ -171,10 +183,11 @@ class GPT(nn.Module):
         # kernel per form, not one for the even seeds and one for the odd)
         seeds = torch.randint(0, 2 ** 62, (len(norms), 2), device=emb.device)[:, :1] if p > 0 else [None] * len(norms)
         # the normed output in the dtype the next matmul reads: autocast's, else the weights' own
-        # (bf16 weights for decoding); the residual stream stays fp32 either way
+        # (bf16 weights for decoding); the residual stream fp32 unless model.stream_dtype says bf16
         dev = emb.device.type
         out = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else self.wte.weight.dtype
-        x, h = add_norm(None, emb, norms[0], p, seeds[0], out)  # the embedding dropout starts the stream
+        # the embedding dropout starts the stream
+        x, h = add_norm(None, emb, norms[0], p, seeds[0], out, start=self._stream_dtype(emb.device))
         for i, block in enumerate(self.blocks):
             x, h = add_norm(x, block.attn.branch(h), norms[2 * i + 1], p, seeds[2 * i + 1], out)
             x, h = add_norm(x, block.mlp.body(h), norms[2 * i + 2], p, seeds[2 * i + 2], out)

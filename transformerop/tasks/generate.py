@@ -48,7 +48,7 @@ def load_model(cfg, device, tracker):
     config's, or trained in this job."""
     if not cfg.generate.checkpoint:
         trainer, data, metrics = train_model(cfg, device, tracker)
-        return trainer.raw_model, data.tokenizer, metrics
+        return trainer.trained_model(), data.tokenizer, metrics
     path = Path(cfg.generate.checkpoint).expanduser()
     chars = checkpoint.load(path).get("signature", {}).get("chars")  # the vocabulary travels with it
     if not chars:

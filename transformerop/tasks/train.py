@@ -9,6 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from .. import clock, distributed, tracking
 from ..data import build_data
 from ..decode import generate
+from ..errors import ConfigError
 from ..measure.predict import flag_line, judge, predict_train_step
 from ..measure.profiler import profile_beside
 from ..measure.timing import summarize
@@ -49,6 +50,9 @@ def check(cfg, device):
         if t.grad_accum != 1 or distributed.world_size() > 1 or t.slow_path != "none":
             raise ValueError("train.cuda_graph=true captures one plain step: needs train.grad_accum=1, "
                              "a single process and train.slow_path=none")
+    if t.master_weights and t.dtype == "float32":
+        raise ConfigError("train.master_weights=true keeps bf16 copies of the weights for autocast: needs "
+                          "train.dtype=bfloat16 (or train.master_weights=false)")
     _resume_setting(t.resume)
 
 
@@ -122,9 +126,9 @@ def run(cfg) -> dict:
     device = pick_device(cfg.device)
     reset_peak_memory(device)
     trainer, data, metrics = train_model(cfg, device, tracker)
-    model = trainer.raw_model
     if data.kind == "addition":
-        em, samples = data.exact_match(model)
+        with trainer.full_precision() as model:
+            em, samples = data.exact_match(model)
         metrics["exact_match"] = em
     else:
         if "target_step" not in metrics:  # a target stop's own check already read the whole val split
@@ -134,7 +138,8 @@ def run(cfg) -> dict:
         if cfg.train.sample_tokens:  # 0: no sample
             prompt = torch.tensor([data.tokenizer.encode("\n")], device=device)
             gen = torch.Generator(device=device).manual_seed(cfg.seed)
-            out = generate(model, prompt, cfg.train.sample_tokens, temperature=1.0, generator=gen)
+            with trainer.full_precision() as model:
+                out = generate(model, prompt, cfg.train.sample_tokens, temperature=1.0, generator=gen)
             samples = [data.tokenizer.decode(out[0])]
     metrics["peak_memory_bytes"] = peak_memory_bytes(device)
     tracker.table("samples", ["sample"], [[s] for s in samples])
