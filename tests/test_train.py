@@ -7,7 +7,8 @@ from conftest import FAST, make_cfg, results, run_cli
 from transformerop import checkpoint
 from transformerop.data import build_data
 from transformerop.model import build_model
-from transformerop.train import NonFiniteLoss, Trainer, lr_at
+from transformerop.optim import lr_at
+from transformerop.train import NonFiniteLoss, Trainer
 
 CPU = torch.device("cpu")
 
@@ -200,8 +201,7 @@ def test_a_fresh_launch_splits_into_imports_and_hydra(monkeypatch):
 def test_resume_keeps_the_lr_tensor_a_captured_step_reads():
     """train.cuda_graph: the optimizer's lr and state are tensors the graph reads; loading a
     checkpoint (here one written by torch.optim.AdamW) must copy into them, never swap them."""
-    from transformerop.optim import AdamW
-    from transformerop.train import set_lr
+    from transformerop.optim import AdamW, set_lr
     w = torch.nn.Parameter(torch.ones(3))
     lr = torch.tensor(0.1)
     opt = AdamW([{"params": [w]}], lr=lr)

@@ -10,7 +10,10 @@ arithmetic is the same kernel with the same arguments, so the two agree to the l
 What the trainer relies on, as with torch.optim: `param_groups` (lr is a device tensor when the
 step is CUDA-graphed: the schedule fills it in place), `state[p]` (step, exp_avg, exp_avg_sq --
 allocated up front, so a graph capture sees every tensor it will touch), `step()`,
-`zero_grad()`, and a `state_dict()` in torch.optim's layout, so checkpoints load either way."""
+`zero_grad()`, and a `state_dict()` in torch.optim's layout, so checkpoints load either way.
+The trainer's parameter groups (build_optimizer) and learning-rate schedule (lr_at) are here too."""
+import math
+
 import torch
 
 
@@ -84,3 +87,33 @@ class AdamW:
                 continue
             for k, v in self.state[p].items():
                 v.copy_(saved[k].reshape(v.shape).to(v.device, v.dtype))
+
+
+def lr_at(step: int, t) -> float:
+    """Linear warm-up to lr, then cosine decay to min_lr at max_iters."""
+    if step < t.warmup_iters:
+        return t.lr * (step + 1) / t.warmup_iters
+    progress = min(1.0, (step - t.warmup_iters) / max(1, t.max_iters - t.warmup_iters))
+    return t.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (t.lr - t.min_lr)
+
+
+def build_optimizer(model, t, device, masters=None):
+    """Weight decay on matrices only (not biases, LayerNorm or embeddings' 1-D params). With
+    masters (train.master_weights), AdamW steps their fp32 masters in place of the bf16 weights."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if masters is not None:
+        params = masters.substituted(params)
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    graphed = bool(t.cuda_graph)  # a captured step reads lr from a device tensor
+    lr = torch.tensor(t.lr, device=device) if graphed else t.lr
+    return AdamW(groups, lr=lr, betas=(t.beta1, t.beta2))
+
+
+def set_lr(opt, lr: float) -> None:
+    for g in opt.param_groups:
+        if torch.is_tensor(g["lr"]):
+            g["lr"].fill_(lr)  # in place: a captured optimizer step reads this tensor
+        else:
+            g["lr"] = lr

@@ -23,8 +23,8 @@ from ..measure.predict import flag_line, judge, predict_train_step
 from ..measure.profiler import on_device
 from ..measure.roofline import amdahl
 from ..measure.timing import measure
+from ..optim import lr_at, set_lr
 from ..runtime import pick_device, seed_everything, sync
-from ..train import lr_at, set_lr
 from .bench import make_trainer, peak_of_one_call
 
 log = logging.getLogger(__name__)
