@@ -3,7 +3,7 @@ job's first step) launch every Triton kernel form its train step and evaluation 
 kernel, constexprs, pointer dtypes and alignments, and int classes Triton specializes on. A form
 the warm-ups miss would compile on the start-up clock after all.
 
-Each launch of the fused norm's and MLP's kernels is recorded (the real kernel still runs) while
+Each launch of the fused norm's, MLP's and head's kernels is recorded (the real kernel still runs) while
 the warm-ups run, then while the model takes a training forward and backward and an evaluation
 forward. CPU: under TRITON_INTERPRET=1, fp32. GPU: bf16, and Triton's own compile hook counts
 compiles after the warm-ups (none may happen). A warm-up list with one call left out must be
@@ -16,7 +16,7 @@ import json, sys
 import torch
 import triton
 from hydra import compose, initialize_config_dir
-from kernels import triton_mlp, triton_norm
+from kernels import triton_head, triton_mlp, triton_norm
 from transformerop import REPO_ROOT
 from transformerop.config import register
 from transformerop.model import build_model, kernel_warmups
@@ -26,7 +26,7 @@ dev, dtype, bias = torch.device(sys.argv[1]), sys.argv[2], sys.argv[3]
 register()
 with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
     cfg = compose("config", overrides=["model=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=32",
-                                       "model.block_size=16", "model.fused_norm=true", "model.fused_mlp=true",
+                                       "model.block_size=16", "model.fused_norm=true", "model.fused_mlp=true", "model.fused_head=true",
                                        f"model.bias={bias}", f"train.dtype={dtype}", "attention=sdpa"])
 seen = set()
 
@@ -60,7 +60,7 @@ class Recorded:
 
 
 for module, name in ((triton_norm, "_add_norm_fwd"), (triton_norm, "_add_norm_bwd"), (triton_norm, "_column_sums"),
-                     (triton_mlp, "_fc_gelu_kernel")):
+                     (triton_mlp, "_fc_gelu_kernel"), (triton_head, "_head_fwd"), (triton_head, "_head_bwd")):
     setattr(module, name, Recorded(getattr(module, name)))
 
 compiles = []
@@ -92,8 +92,9 @@ print("RESULT " + json.dumps({"calls": len(per_call), "model_forms": len(seen), 
 
 
 def _check(out):
-    assert out["calls"] == 9  # norm: 2 forward forms x (training, evaluation) + 3 backward forms; MLP: 2
-    assert out["model_forms"] >= 7 and out["missing"] == [], out["missing"]
+    # norm: 2 forward forms x (training, evaluation) + 3 backward forms; MLP: 2; head: forward, backward
+    assert out["calls"] == 11
+    assert out["model_forms"] >= 9 and out["missing"] == [], out["missing"]
     assert out["missing_planted"], "a warm-up list missing a call went unnoticed"
 
 
@@ -109,4 +110,4 @@ def test_warmups_leave_nothing_to_compile_on_a_gpu():
     from conftest import script_result
     out = script_result(SCRIPT, {}, "cuda", "bfloat16", "false")
     _check(out)
-    assert out["warm_compiles"] == 9 and out["compiles_after"] == 0, out
+    assert out["warm_compiles"] == 11 and out["compiles_after"] == 0, out

@@ -77,6 +77,9 @@ class ModelConfig:
     # fp32 stream) or bfloat16 (half the bytes through every residual add and LayerNorm, and its
     # gradient in bf16 too: a different rounding, not the same arithmetic)
     stream_dtype: Dtype = Dtype.float32
+    # the tied head and its cross-entropy as two Triton kernels (CUDA), forward and backward: the
+    # logits are not written (a vocabulary of at most 256; a larger one keeps the plain head)
+    fused_head: bool = False
 
 
 @dataclass

@@ -62,13 +62,15 @@ def reference_attend(q, k, v, mask=None):
 
 def float64_model(model):
     """A float64 eval-mode copy whose attention runs reference_attend, not the backend, and
-    whose residual adds, LayerNorms, MLPs and embeddings are PyTorch's, not model.fused_norm's,
-    model.fused_mlp's or model.dense_embedding_grad's."""
+    whose residual adds, LayerNorms, MLPs, embeddings and head are PyTorch's, not model.fused_norm's,
+    model.fused_mlp's, model.dense_embedding_grad's or model.fused_head's."""
     ref = copy.deepcopy(model).double().eval()
     if getattr(ref, "fused_norm", False):
         ref.fused_norm = False
     if getattr(ref, "dense_embedding_grad", False):
         ref.dense_embedding_grad = False
+    if getattr(ref, "fused_head", False):
+        ref.fused_head = False
     for block in getattr(ref, "blocks", []):
         block.mlp.fused = False
         if hasattr(block.attn, "attend"):

@@ -6,7 +6,9 @@ after it as one Triton kernel (kernels/triton_norm.py): the same parameters, the
 fewer and cheaper kernels. Decoding against a KV cache keeps the plain path. model.fused_mlp
 computes each MLP's GELU inside its matmul kernels (kernels/triton_mlp.py), forward and backward.
 model.dense_embedding_grad takes both embeddings' gradients as dense sums (OneHotGrad below).
-model.stream_dtype=bfloat16 keeps the residual stream in bf16 under autocast (fp32 otherwise)."""
+model.stream_dtype=bfloat16 keeps the residual stream in bf16 under autocast (fp32 otherwise).
+model.fused_head computes a training or evaluation loss as the tied head and its cross-entropy in
+Triton kernels (kernels/triton_head.py): the logits are not returned then (None)."""
 import math
 
 import torch
@@ -81,6 +83,10 @@ class GPT(nn.Module):
         # wte's gradient by one-hot matmul where the vocabulary is no larger than the width (OneHotGrad)
         self.dense_embedding_grad = bool(getattr(cfg, "dense_embedding_grad", False)) and vocab_size <= cfg.n_embd
         self.bf16_stream = str(getattr(cfg, "stream_dtype", "float32")) == "bfloat16"
+        self.fused_head = bool(getattr(cfg, "fused_head", False))
+        if self.fused_head:  # a larger vocabulary keeps the plain head
+            from kernels.triton_head import MAX_VOCAB
+            self.fused_head = vocab_size <= MAX_VOCAB
         self.block_size = cfg.block_size
         self.attention_cls = get_backend(acfg.name)
         self.wte = nn.Embedding(vocab_size, cfg.n_embd)
@@ -105,7 +111,7 @@ class GPT(nn.Module):
     @classmethod
     def check(cls, cfg, device) -> None:
         """Raise before any work if this model's options cannot run on device."""
-        fused = [f"model.{k}=true" for k in ("fused_norm", "fused_mlp") if getattr(cfg.model, k, False)]
+        fused = [f"model.{k}=true" for k in ("fused_norm", "fused_mlp", "fused_head") if getattr(cfg.model, k, False)]
         if str(getattr(cfg.model, "stream_dtype", "float32")) == "bfloat16" and cfg.train.dtype != "bfloat16":
             raise ConfigError("model.stream_dtype=bfloat16 is the residual stream under bf16 autocast: needs "
                               "train.dtype=bfloat16 (or model.stream_dtype=float32)")
@@ -124,7 +130,7 @@ class GPT(nn.Module):
     @staticmethod
     def kernel_warmups(cfg, device) -> list:
         """Zero-argument calls launching, on tiny inputs, each Triton kernel a train step and an
-        evaluation of this model launch (model.fused_norm, model.fused_mlp). A cold Triton cache
+        evaluation of this model launch (model.fused_norm, model.fused_mlp, model.fused_head). A cold Triton cache
         compiles each form on its first launch; made before the job's first step, in threads
         (transformerop/cuda_early.py), those compiles overlap each other and the job's start-up."""
         m = cfg.model
@@ -139,6 +145,9 @@ class GPT(nn.Module):
         if m.fused_mlp:
             from kernels.triton_mlp import warmups
             calls += warmups(m.n_embd, m.bias, compute, device)
+        if m.fused_head:  # the head reads ln_f's output in autocast's dtype (fp32 without autocast)
+            from kernels.triton_head import warmups
+            calls += warmups(m.n_embd, compute, device)
         return calls
 
     def forward(self, idx, targets=None, caches=None, pos=None):
@@ -162,6 +171,9 @@ class GPT(nn.Module):
             for i, block in enumerate(self.blocks):
                 x = block(x, None if caches is None else caches[i])
             x = self.ln_f(x)
+        if targets is not None and self.fused_head:
+            from kernels.triton_head import head_loss
+            return None, head_loss(x, self.lm_head.weight, targets)
         logits = self.lm_head(x)
         loss = None
         if targets is not None:  # -1 marks positions without a target (addition prompts)
