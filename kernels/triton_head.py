@@ -23,7 +23,10 @@ import triton.language as tl
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 
-BLOCK_M, BK = 64, 64  # rows a program, the reduction chunk over C
+# rows a program, the reduction chunk over C, warps, pipeline depth: the tile at which ptxas (sm_90,
+# Triton 3.6) keeps both kernels within 255 registers with no spills at VP 128 and 256 (4 warps or
+# 64-wide chunks spilled up to 1.8 KB a thread)
+BLOCK_M, BK, WARPS, STAGES = 64, 32, 8, 1
 MAX_VOCAB = 256
 
 
@@ -104,7 +107,7 @@ def _forward(x, w, tgt):
     lse = torch.empty(n, dtype=torch.float32, device=x.device)
     part = torch.empty(grid, 2, dtype=torch.float32, device=x.device)
     _head_fwd[(grid,)](x, w, tgt, lse, part, n, C, V, BLOCK_M=BLOCK_M, VP=vocab_tile(V), BK=BK, PREC=_prec(x.dtype),
-                       num_warps=4)
+                       num_warps=WARPS, num_stages=STAGES)
     return lse, part.sum(0)
 
 
@@ -114,7 +117,7 @@ def _backward(x, w, tgt, lse, scale):
     dx = torch.empty_like(x)
     g = torch.empty(n, V, dtype=x.dtype, device=x.device)
     _head_bwd[(triton.cdiv(n, BLOCK_M),)](x, w, tgt, lse, scale, dx, g, n, C, V, BLOCK_M=BLOCK_M, VP=vocab_tile(V),
-                                          BK=BK, PREC=_prec(x.dtype), num_warps=4)
+                                          BK=BK, PREC=_prec(x.dtype), num_warps=WARPS, num_stages=STAGES)
     return dx, (g.t() @ x).to(w.dtype)
 
 

@@ -123,3 +123,26 @@ def test_fused_head_through_the_cli(tmp_path):
     assert ok.returncode == 0, ok.stderr[-3000:]
     m = results(tmp_path / "interpreted")["metrics"]
     assert m["steps"] == 4 and 0 < m["val_loss"] < 10
+
+
+@pytest.mark.parametrize("vp", [128, 256])
+def test_the_head_kernels_compile_for_the_h200_without_spills(vp, tmp_path):
+    """conftest.compile_for_h200 (no GPU needed) of both kernels in bf16 at each vocabulary tile,
+    at the launch's warps and stages: what the interpreter lets through (dot shapes, dtypes) must
+    also build for sm_90, and ptxas must hold each thread's values in registers."""
+    import re
+
+    from conftest import compile_for_h200
+    from test_gluon_attention import _ptxas_info
+
+    from kernels import triton_head as TH
+    const = {"BLOCK_M": TH.BLOCK_M, "VP": vp, "BK": TH.BK, "PREC": "tf32"}
+    types = {"X": "*bf16", "W": "*fp32", "TGT": "*i64", "LSE": "*fp32", "PART": "*fp32", "SCALE": "*fp32",
+             "DX": "*bf16", "G": "*bf16"}
+    for kernel in (TH._head_fwd, TH._head_bwd):
+        sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in kernel.arg_names}
+        compiled = compile_for_h200(kernel, sig, const, {"num_warps": TH.WARPS, "num_stages": TH.STAGES})
+        assert "mma" in compiled.asm["ptx"]  # the logits on the tensor cores
+        info = _ptxas_info(compiled.asm["ptx"], tmp_path)
+        spills = [int(n) for n in re.findall(r"(\d+) bytes spill stores", info)]
+        assert spills and max(spills) == 0, info
