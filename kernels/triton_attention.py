@@ -27,6 +27,8 @@ import os
 
 import torch
 
+from transformerop.model.attention.base import packed_strides
+
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 from .triton_attention_kernels import BWD_CONFIGS, FWD_CONFIGS, _bwd_kernel, _fwd_kernel  # noqa: F401
 from .triton_dropout import seed_tensor, threshold
@@ -71,6 +73,19 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
+def _grads_like(q, k, v):
+    """dq, dk, dv laid out as their inputs: views of one (B, T, 3, H, D) buffer when q, k, v have
+    the strides of one c_attn output's heads (packed_strides: the model's SplitHeads then hands
+    that buffer on, no copy), else each (B, T, H, D) in memory (_bthd). The C++ launcher and the
+    op's fake implementation follow the same rule."""
+    B, H, t_q, D = q.shape
+    if packed_strides(q, k, v):
+        g = _empty((B, t_q, 3, H, D), q.dtype, q.device)
+        return tuple(g[:, :, i].transpose(1, 2) for i in range(3))
+    t_k = k.shape[2]
+    return _bthd(B, H, t_q, D, q.dtype, q.device), *(_bthd(B, H, t_k, D, k.dtype, k.device) for _ in range(2))
+
+
 def _unit_last(t):
     return t if t.stride(-1) == 1 else t.contiguous()
 
@@ -103,8 +118,7 @@ def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None, kerne
 def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
     B, H, t_q, D = q.shape
     t_k = k.shape[2]
-    dq = _bthd(B, H, t_q, D, q.dtype, q.device)
-    dk, dv = (_bthd(B, H, t_k, D, k.dtype, k.device) for _ in range(2))
+    dq, dk, dv = _grads_like(q, k, v)
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk, bh = _bucket(t_q), _bucket(t_k), _bucket(B * H)
     launch(_bwd_kernel, lambda c: (_cdiv(t_k, c["BLOCK_M"]) + _cdiv(t_q, c["BLOCK_M"]), B * H),
@@ -112,7 +126,7 @@ def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, see
            force_configs and force_configs[1],
            (q, k, v, do, o, lse, dq, dk, dv, lse if seed is None else seed, threshold(p_drop), 1.0 / (1.0 - p_drop),
             sm_scale, sm_scale * LOG2E, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3],
-            H, t_q, t_k, bq, bk, bh), _consts(D, causal, prec, seed))
+            *dq.stride()[:3], *dk.stride()[:3], H, t_q, t_k, bq, bk, bh), _consts(D, causal, prec, seed))
     return dq, dk, dv
 
 

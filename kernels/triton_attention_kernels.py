@@ -191,7 +191,7 @@ def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_
 @triton.autotune(BWD_CONFIGS, **_TUNE)
 @triton.jit(do_not_specialize=_NOSPEC)
 def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_scale, qk_scale,
-                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
+                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt, sgqb, sgqh, sgqt, sgkb, sgkh, sgkt,
                 H, T_Q, T_K, TQ_KEY, TK_KEY, BH_KEY,
                 HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, DROPOUT: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -203,7 +203,8 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
     K += b * skb + h * skh
     V += b * svb + h * svh
     DO += b * sdb + h * sdh
-    # ours: LSE (B*H, T_Q) contiguous; O, dQ, dK, dV (B, T, H, D) in memory (see _bthd)
+    # ours: LSE (B*H, T_Q) contiguous, O (B, T, H, D) in memory (see _bthd); dQ (sgq*) and dK, dV
+    # (sgk*) at their strides: (B, T, H, D) too, or views of one (B, T, 3, H, D) buffer (_grads_like)
     so = H * HEAD_DIM
     O += (b * T_Q * H + h) * HEAD_DIM
     LSE += bh.to(tl.int64) * T_Q
@@ -232,7 +233,7 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
         dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, so, m_full, T_Q, keys, offs_m, offs_d, qk_scale,
                              off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM, False, PREC, DROPOUT,
                              BLOCK_N)
-        out = (b * T_K * H + h) * HEAD_DIM + keys[:, None] * so + offs_d[None, :]
+        out = b * sgkb + h * sgkh + keys[:, None] * sgkt + offs_d[None, :]
         tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok[:, None])
         tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
     else:  # dQ for queries [start_m, start_m + BLOCK_M): walk the keys they see, like the forward
@@ -257,5 +258,5 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
                        drop_thr, keep_scale, rkeys, False, CAUSAL, PREC, DROPOUT, BLOCK_N)
         dq = _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, n_full, hi, rows, offs_n, offs_d, qk_scale, off, T_K,
                        drop_thr, keep_scale, rkeys, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
-        out = (b * T_Q * H + h) * HEAD_DIM + rows[:, None] * so + offs_d[None, :]
+        out = b * sgqb + h * sgqh + rows[:, None] * sgqt + offs_d[None, :]
         tl.store(DQ + out, (dq * sm_scale).to(DQ.dtype.element_ty), mask=ok[:, None])

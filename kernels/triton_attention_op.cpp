@@ -97,6 +97,20 @@ Tensor bthd(const Tensor& like, int64_t T) {
   return at::empty({like.size(0), T, like.size(1), like.size(3)}, like.options()).transpose(1, 2);
 }
 
+// dq, dk, dv laid out as their inputs, the rule of _grads_like in kernels/triton_attention.py:
+// views of one (B, T, 3, H, D) buffer when q, k, v have the strides of one c_attn output's heads
+// (the model's head split then takes that buffer as its gradient, no copy), else each bthd.
+std::tuple<Tensor, Tensor, Tensor> grads_like(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const std::vector<int64_t> packed = {T * 3 * H * D, D, 3 * H * D, 1};
+  if (q.sizes() == k.sizes() && k.sizes() == v.sizes() && q.strides().vec() == packed &&
+      k.strides().vec() == packed && v.strides().vec() == packed) {
+    const Tensor g = at::empty({B, T, 3, H, D}, q.options());
+    return {g.select(2, 0).transpose(1, 2), g.select(2, 1).transpose(1, 2), g.select(2, 2).transpose(1, 2)};
+  }
+  return {bthd(q, T), bthd(k, k.size(2)), bthd(v, v.size(2))};
+}
+
 std::string key_of(const char* kernel, const Tensor& q, int64_t t_k, bool causal, bool allow_tf32, bool dropout,
                    const std::vector<Arg>& args) {
   const int64_t B = q.size(0), H = q.size(1), t_q = q.size(2), D = q.size(3);
@@ -209,12 +223,12 @@ std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor& do_in, const Tensor& q
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   const Tensor dout = unit_last(do_in.to(o.scalar_type()));
   const int64_t B = q.size(0), H = q.size(1), t_q = q.size(2), t_k = k.size(2);
-  Tensor dq = bthd(q, t_q), dk = bthd(k, t_k), dv = bthd(v, t_k);
+  auto [dq, dk, dv] = grads_like(q, k, v);
   const bool drop = p > 0.0;
   std::vector<Arg> args = {ptr(q), ptr(k), ptr(v), ptr(dout), ptr(o), ptr(lse), ptr(dq), ptr(dk), ptr(dv),
                            ptr(drop ? s : lse), integer(static_cast<int64_t>(std::nearbyint(p * 16777216.0))),
                            real(1.0 / (1.0 - p)), real(sm_scale), real(sm_scale * kLog2e)};
-  for (const Tensor* t : {&q, &k, &v, &dout})
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &dout, &dq, &dk})
     for (int d = 0; d < 3; ++d) args.push_back(integer(t->stride(d)));
   args.push_back(integer(H));
   for (int64_t x : {t_q, t_k, bucket(t_q), bucket(t_k), bucket(B * H)}) args.push_back(length(x));  // _NOSPEC

@@ -102,7 +102,7 @@ def _register_fakes():
 
     @torch.library.register_fake("tfo_triton::attn_bwd")
     def _bwd(grad_out, q, k, v, out, lse, causal, sm_scale, allow_tf32, dropout_p, seed):
-        return bthd(q, q.shape[2]), bthd(k, k.shape[2]), bthd(v, v.shape[2])
+        return TA._grads_like(q, k, v)  # the real op's layout rule (strides only: it reads on fake tensors)
 
     @torch.library.register_fake("tfo_triton::attention")
     def _attention(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed):

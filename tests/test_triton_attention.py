@@ -129,6 +129,30 @@ for name, B, H, t_q, t_k, D, dtype, causal, layout, forced in json.loads(sys.arg
 ta.force_configs = None
 results["module_vs_sdpa"] = module_vs_sdpa()
 results["dropout"], results["dropout_mask"] = dropout_case(ta, 0.3)
+# the model's head split (SplitHeads) into the kernels: the gradients come back as one buffer, and
+# the split hands it on as c_attn's output gradient without a copy
+from transformerop.model.attention.base import SplitHeads
+real_grads_like, made, seen = ta._grads_like, [], []
+
+
+def spy(q, k, v):
+    out = real_grads_like(q, k, v)
+    made.append(out[0].data_ptr())
+    return out
+
+
+ta._grads_like = spy
+qkv = torch.randn(2, 33, 3 * 64).requires_grad_()
+qkv.register_hook(lambda g: seen.append((g.data_ptr(), g.is_contiguous())))
+do = torch.randn(2, 2, 33, 32)
+out = ta.attention(*SplitHeads.apply(qkv, 2), allow_tf32=False)
+out.backward(do)
+ta._grads_like = real_grads_like
+ref_qkv = qkv.detach().double().requires_grad_()
+ref = reference(*(t.view(2, 33, 2, 32).transpose(1, 2) for t in ref_qkv.split(64, dim=2)))
+ref.backward(do.double())
+results["packed_heads"] = {"out": rel_err(out, ref), "dqkv": rel_err(qkv.grad, ref_qkv.grad)}
+results["packed_no_copy"] = bool(made and seen and seen[0] == (made[0], True))
 with torch.no_grad():  # the decode path: no autograd Function
     q, k, v = make_inputs(2, 2, 1, 9, 64, torch.float32, "contiguous", "cpu")
     results["nograd_decode"] = {"out": rel_err(ta.attention(q, k, v, allow_tf32=False), reference(q, k, v))}
@@ -153,10 +177,16 @@ def test_interpreted_matches_float64(interpreted, case):
     assert all(e <= tol for e in errs.values()), f"{case[0]}: {errs} (tol {tol})"  # NaN fails too
 
 
-@pytest.mark.parametrize("name", ["module_vs_sdpa", "nograd_decode"])
+@pytest.mark.parametrize("name", ["module_vs_sdpa", "nograd_decode", "packed_heads"])
 def test_interpreted_extras(interpreted, name):
     errs = interpreted[name]
     assert all(e <= FP32_TOL for e in errs.values()), errs
+
+
+def test_interpreted_packed_gradient_is_handed_on_without_a_copy(interpreted):
+    """The backward wrote dq, dk, dv into one (B, T, 3, H, D) buffer, and c_attn's output got
+    that very buffer as its gradient (the hook saw its address), contiguous as (B, T, 3C)."""
+    assert interpreted["packed_no_copy"]
 
 
 def test_interpreted_dropout(interpreted):

@@ -20,6 +20,44 @@ import torch.nn as nn
 from ...errors import BackendUnavailable  # noqa: F401  (re-exported: backends raise it)
 
 
+def packed_strides(q, k, v) -> bool:
+    """q, k, v (B, H, T, D) have the strides of heads of a (B, T, 3, H, D) buffer, as SplitHeads
+    makes them: a backward may then lay their gradients out as one such buffer. Strides alone,
+    so that the rule reads the same on fake tensors (torch.compile's tracing)."""
+    B, H, T, D = q.shape
+    return q.shape == k.shape == v.shape and q.stride() == k.stride() == v.stride() == (T * 3 * H * D, D, 3 * H * D, 1)
+
+
+def packed_heads(q, k, v) -> bool:
+    """q, k, v are, in that order, the heads of one (B, T, 3, H, D) buffer (real tensors)."""
+    step = q.shape[1] * q.shape[3] * q.element_size()
+    return (packed_strides(q, k, v) and q.dtype == k.dtype == v.dtype
+            and k.data_ptr() - q.data_ptr() == step and v.data_ptr() - k.data_ptr() == step
+            and q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr())
+
+
+class SplitHeads(torch.autograd.Function):
+    """c_attn's output (B, T, 3C) as q, k, v (B, H, T, D) views. Backward: their gradients as one
+    (B, T, 3C) tensor -- that buffer itself, no copy, when they are views of one as the heads
+    are (packed_heads: the Triton backward lays them out so), else one copy (a stack) where
+    autograd's split would reshape each and concatenate."""
+
+    @staticmethod
+    def forward(ctx, qkv, n_head):
+        B, T, C3 = qkv.shape
+        ctx.shape = qkv.shape
+        return tuple(t.view(B, T, n_head, C3 // 3 // n_head).transpose(1, 2) for t in qkv.split(C3 // 3, dim=2))
+
+    @staticmethod
+    def backward(ctx, dq, dk, dv):
+        B, T, C3 = ctx.shape
+        if dq is not None and dk is not None and dv is not None and packed_heads(dq, dk, dv):
+            return dq.as_strided((B, T, C3), (T * C3, C3, 1)), None
+        like = next(g for g in (dq, dk, dv) if g is not None)
+        grads = [torch.zeros_like(like) if g is None else g for g in (dq, dk, dv)]
+        return torch.stack([g.transpose(1, 2) for g in grads], dim=2).reshape(B, T, C3), None
+
+
 def causal_mask(t_q: int, t_k: int, device) -> torch.Tensor:
     """(Tq, Tk) bool, True on and below the diagonal aligned to the bottom-right corner."""
     return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)
@@ -84,8 +122,13 @@ class CausalSelfAttention(nn.Module):
         """Attention and its output projection, before the residual dropout (model.fused_norm
         applies that in the next kernel)."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        qkv = self.c_attn(x)
+        # training, eager: SplitHeads' backward takes no copy where it can (traced by torch.compile,
+        # autograd's own split: the check reads data pointers, which fake tensors have not)
+        if torch.is_grad_enabled() and qkv.requires_grad and not torch.compiler.is_compiling():
+            q, k, v = SplitHeads.apply(qkv, self.n_head)
+        else:
+            q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv.split(C, dim=2))
         mask = None
         if cache is not None:
             k, v, mask = cache.update(k, v)  # all keys so far (and which of them are valid)
