@@ -30,7 +30,7 @@ import torch
 from transformerop.model.attention.base import packed_strides
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
-from .triton_attention_kernels import BWD_CONFIGS, FWD_CONFIGS, _bwd_kernel, _fwd_kernel  # noqa: F401
+from .triton_attention_kernels import BWD_CONFIGS, FWD_CONFIGS, _bwd_atomic_kernel, _bwd_kernel, _fwd_kernel  # noqa: F401
 from .triton_dropout import seed_tensor, threshold
 from .triton_launch import launch
 
@@ -40,6 +40,9 @@ force_configs = None  # tests: (fwd, bwd) dicts of BLOCK_M/BLOCK_N/num_warps/num
 LOG2E = 1.4426950408889634
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 FORWARDS = ("tl", "gluon")  # the forward kernels: this file's, kernels/gluon_attention.py's (sm_90)
+# how the backward gets dQ: programs of its own that compute the scores and dP again (no atomics),
+# or the dK/dV programs adding their share in fp32 atomics (five products a tile instead of seven)
+DQ_MODES = ("recompute", "atomic")
 stats = {"tl": 0, "gluon": 0}  # forwards run by each (kernel="gluon" runs tl where gluon cannot: decode)
 
 
@@ -115,12 +118,22 @@ def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None, kerne
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None):
+def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None, dq_mode="recompute"):
     B, H, t_q, D = q.shape
     t_k = k.shape[2]
     dq, dk, dv = _grads_like(q, k, v)
     prec = "ieee" if q.dtype == torch.float32 and not allow_tf32 else "tf32"
     bq, bk, bh = _bucket(t_q), _bucket(t_k), _bucket(B * H)
+    if dq_mode == "atomic":  # dQ added by the key tiles into an fp32 sum, then cast into place
+        dqa = torch.zeros((B, t_q, H, D), dtype=torch.float32, device=q.device)
+        launch(_bwd_atomic_kernel, lambda c: (_cdiv(t_k, c["BLOCK_M"]), B * H),
+               ("bwd_atomic", q.device, q.dtype, bq, bk, bh, D, causal, prec, seed is not None),
+               force_configs and force_configs[1],
+               (q, k, v, do, o, lse, dqa, dk, dv, lse if seed is None else seed, threshold(p_drop),
+                1.0 / (1.0 - p_drop), sm_scale, sm_scale * LOG2E, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+                *do.stride()[:3], *dk.stride()[:3], H, t_q, t_k, bq, bk, bh), _consts(D, causal, prec, seed))
+        dq.copy_(dqa.transpose(1, 2))
+        return dq, dk, dv
     launch(_bwd_kernel, lambda c: (_cdiv(t_k, c["BLOCK_M"]) + _cdiv(t_q, c["BLOCK_M"]), B * H),
            ("bwd", q.device, q.dtype, bq, bk, bh, D, causal, prec, seed is not None),
            force_configs and force_configs[1],
@@ -134,21 +147,24 @@ class TritonAttentionFn(torch.autograd.Function):
     """dropout(softmax(q k^T * scale + causal)) v with Triton forward and backward kernels."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None, kernel="tl"):
+    def forward(ctx, q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None, kernel="tl",
+                dq_mode="recompute"):
         q, k, v = _check(q, k, v, causal, dropout_p)
         sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
         seed = seed_tensor(seed, q.device) if dropout_p > 0 else None
         o, lse = _forward(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed, kernel)
         ctx.save_for_backward(q, k, v, o, lse, seed)
         ctx.causal, ctx.sm_scale, ctx.allow_tf32, ctx.dropout_p = causal, sm_scale, allow_tf32, dropout_p
+        ctx.dq_mode = dq_mode
         return o
 
     @staticmethod
     def backward(ctx, do):
         q, k, v, o, lse, seed = ctx.saved_tensors
         do = _unit_last(do.to(o.dtype))
-        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.allow_tf32, ctx.dropout_p, seed)
-        return dq, dk, dv, None, None, None, None, None, None
+        dq, dk, dv = _backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, ctx.allow_tf32, ctx.dropout_p, seed,
+                               ctx.dq_mode)
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 def _check(q, k, v, causal, dropout_p=0.0):
@@ -171,7 +187,8 @@ def _check(q, k, v, causal, dropout_p=0.0):
     return _unit_last(q), _unit_last(k), _unit_last(v)
 
 
-def attention(q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None, forward="tl"):
+def attention(q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None, forward="tl",
+              dq="recompute"):
     """Fused attention on (B, H, T, D) tensors; causal aligns queries to the last Tq keys.
 
     allow_tf32 (default True) lets fp32 matmuls use TF32 tensor cores (~1e-3 relative error);
@@ -179,12 +196,14 @@ def attention(q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.
     probabilities (kept ones scaled by 1/(1-p)), with a fresh seed from torch's RNG per call
     unless `seed` (an int) is given. forward="gluon" runs the forward kernel of
     kernels/gluon_attention.py where it can (unsupported() says where not: decode's Tq < Tk runs
-    this file's). Differentiable in q, k and v.
+    this file's). dq: how the backward gets dQ (DQ_MODES). Differentiable in q, k and v.
     """
     if forward not in FORWARDS:
         raise ValueError(f"forward={forward!r}: choose one of {FORWARDS}")
+    if dq not in DQ_MODES:
+        raise ValueError(f"dq={dq!r}: choose one of {DQ_MODES}")
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return TritonAttentionFn.apply(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed, forward)
+        return TritonAttentionFn.apply(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed, forward, dq)
     q, k, v = _check(q, k, v, causal, dropout_p)  # inference (decode): no autograd bookkeeping
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
     seed = seed_tensor(seed, q.device) if dropout_p > 0 else None

@@ -143,10 +143,11 @@ def _fwd_kernel(Q, K, V, O, LSE, SEED, drop_thr, keep_scale, qk_scale, sqb, sqh,
 
 
 @triton.jit
-def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, so, lo, hi, keys, offs_m, offs_d, qk_scale, off, T_Q,
-                seed, drop_thr, keep_scale, rng_base, HEAD_DIM: tl.constexpr, MASK: tl.constexpr,
-                PREC: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr):
-    # works on transposed scores (keys x queries) so dV = P^T dO and dK = dS^T Q need no transposes
+def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, DQA, sqt, sdt, so, sat, lo, hi, keys, offs_m, offs_d, qk_scale, sm_scale,
+                off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM: tl.constexpr, MASK: tl.constexpr,
+                PREC: tl.constexpr, DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr, BLOCK_N: tl.constexpr):
+    # works on transposed scores (keys x queries) so dV = P^T dO and dK = dS^T Q need no transposes;
+    # ATOMIC_DQ: also these keys' share of dQ = dS K for the queries, added into DQA (fp32)
     for start_m in range(lo, hi, BLOCK_N):
         rows = start_m + offs_m
         ok = rows < T_Q  # rows past T_Q load as zeros, so they add nothing to dK/dV
@@ -165,8 +166,11 @@ def _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, so, lo, hi, keys, offs_m,
             dp_t = tl.where(keep, dp_t * keep_scale, 0.0)
         else:
             dv = tl.dot(p_t.to(do.dtype), do, dv, input_precision=PREC)
-        ds_t = p_t * (dp_t - delta[None, :])
-        dk = tl.dot(ds_t.to(q.dtype), q, dk, input_precision=PREC)
+        ds_t = (p_t * (dp_t - delta[None, :])).to(q.dtype)
+        dk = tl.dot(ds_t, q, dk, input_precision=PREC)
+        if ATOMIC_DQ:
+            dq_share = tl.dot(tl.trans(ds_t), k, input_precision=PREC) * sm_scale
+            tl.atomic_add(DQA + rows[:, None] * sat + offs_d[None, :], dq_share, mask=ok[:, None], sem="relaxed")
     return dk, dv
 
 
@@ -186,6 +190,39 @@ def _dq_inner(dq, q, do, lse, delta, K, V, skt, svt, lo, hi, rows, offs_n, offs_
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(k.dtype), k, dq, input_precision=PREC)
     return dq
+
+
+@triton.jit
+def _dkdv_program(pid, b, h, K, V, Q, DO, O, LSE, DK, DV, DQA, skt, svt, sqt, sdt, so, sat, sgkb, sgkh, sgkt, T_Q,
+                  T_K, off, seed, drop_thr, keep_scale, sm_scale, qk_scale, rng_base, HEAD_DIM: tl.constexpr,
+                  CAUSAL: tl.constexpr, PREC: tl.constexpr, DROPOUT: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """dK, dV for keys [pid * BLOCK_M, (pid + 1) * BLOCK_M) of one (b, h), walking the queries that
+    see them (and with ATOMIC_DQ their share of dQ, into DQA)."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    start_n = pid * BLOCK_M  # first key tiles see the most queries and launch first
+    keys = start_n + tl.arange(0, BLOCK_M)
+    key_ok = keys < T_K
+    k = tl.load(K + keys[:, None] * skt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    v = tl.load(V + keys[:, None] * svt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+    dk = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    dv = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    offs_m = tl.arange(0, BLOCK_N)
+    if CAUSAL:  # the queries that see these keys start at lo; from m_full on they see all of them
+        lo = (tl.maximum(start_n - off, 0) // BLOCK_N) * BLOCK_N
+        m_full = tl.cdiv(tl.maximum(start_n + BLOCK_M - 1 - off, 0), BLOCK_N) * BLOCK_N
+        m_full = tl.minimum(m_full, tl.cdiv(T_Q, BLOCK_N) * BLOCK_N)
+        dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, DQA, sqt, sdt, so, sat, lo, m_full, keys, offs_m, offs_d,
+                             qk_scale, sm_scale, off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM, True, PREC,
+                             DROPOUT, ATOMIC_DQ, BLOCK_N)
+    else:
+        m_full = 0
+    dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, DQA, sqt, sdt, so, sat, m_full, T_Q, keys, offs_m, offs_d,
+                         qk_scale, sm_scale, off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM, False, PREC,
+                         DROPOUT, ATOMIC_DQ, BLOCK_N)
+    out = b * sgkb + h * sgkh + keys[:, None] * sgkt + offs_d[None, :]
+    tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok[:, None])
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
 
 
 @triton.autotune(BWD_CONFIGS, **_TUNE)
@@ -212,30 +249,10 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
     off = T_K - T_Q  # query row i sits at key position i + off
     seed = load_seed(SEED, DROPOUT)
     rng_base = bh.to(tl.int64) * T_Q
-    if pid < tl.cdiv(T_K, BLOCK_M):  # dK, dV for keys [start_n, start_n + BLOCK_M)
-        start_n = pid * BLOCK_M  # first key tiles see the most queries and launch first
-        keys = start_n + tl.arange(0, BLOCK_M)
-        key_ok = keys < T_K
-        k = tl.load(K + keys[:, None] * skt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        v = tl.load(V + keys[:, None] * svt + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        dk = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        dv = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-        offs_m = tl.arange(0, BLOCK_N)
-        if CAUSAL:  # the queries that see these keys start at lo; from m_full on they see all of them
-            lo = (tl.maximum(start_n - off, 0) // BLOCK_N) * BLOCK_N
-            m_full = tl.cdiv(tl.maximum(start_n + BLOCK_M - 1 - off, 0), BLOCK_N) * BLOCK_N
-            m_full = tl.minimum(m_full, tl.cdiv(T_Q, BLOCK_N) * BLOCK_N)
-            dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, so, lo, m_full, keys, offs_m, offs_d, qk_scale,
-                                 off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM, True, PREC, DROPOUT,
-                                 BLOCK_N)
-        else:
-            m_full = 0
-        dk, dv = _dkdv_inner(dk, dv, k, v, Q, DO, O, LSE, sqt, sdt, so, m_full, T_Q, keys, offs_m, offs_d, qk_scale,
-                             off, T_Q, seed, drop_thr, keep_scale, rng_base, HEAD_DIM, False, PREC, DROPOUT,
-                             BLOCK_N)
-        out = b * sgkb + h * sgkh + keys[:, None] * sgkt + offs_d[None, :]
-        tl.store(DK + out, (dk * sm_scale).to(DK.dtype.element_ty), mask=key_ok[:, None])
-        tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
+    if pid < tl.cdiv(T_K, BLOCK_M):  # dK, dV for keys [pid * BLOCK_M, (pid + 1) * BLOCK_M)
+        _dkdv_program(pid, b, h, K, V, Q, DO, O, LSE, DK, DV, DQ, skt, svt, sqt, sdt, so, 0, sgkb, sgkh, sgkt, T_Q, T_K,
+                      off, seed, drop_thr, keep_scale, sm_scale, qk_scale, rng_base, HEAD_DIM, CAUSAL, PREC, DROPOUT,
+                      False, BLOCK_M, BLOCK_N)
     else:  # dQ for queries [start_m, start_m + BLOCK_M): walk the keys they see, like the forward
         start_m = (tl.num_programs(0) - 1 - pid) * BLOCK_M  # heaviest (last) query tiles first
         rows = start_m + tl.arange(0, BLOCK_M)
@@ -260,3 +277,24 @@ def _bwd_kernel(Q, K, V, DO, O, LSE, DQ, DK, DV, SEED, drop_thr, keep_scale, sm_
                        drop_thr, keep_scale, rkeys, True, CAUSAL, PREC, DROPOUT, BLOCK_N)
         out = b * sgqb + h * sgqh + rows[:, None] * sgqt + offs_d[None, :]
         tl.store(DQ + out, (dq * sm_scale).to(DQ.dtype.element_ty), mask=ok[:, None])
+
+
+# dQ in fp32 atomics (attention.dq=atomic): every tuning run adds into DQA, so it starts at zero each time
+@triton.autotune(BWD_CONFIGS, reset_to_zero=["DQA"], **_TUNE)
+@triton.jit(do_not_specialize=_NOSPEC)
+def _bwd_atomic_kernel(Q, K, V, DO, O, LSE, DQA, DK, DV, SEED, drop_thr, keep_scale, sm_scale, qk_scale,
+                       sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt, sgkb, sgkh, sgkt,
+                       H, T_Q, T_K, TQ_KEY, TK_KEY, BH_KEY,
+                       HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, PREC: tl.constexpr, DROPOUT: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The backward in one kind of program: each key tile's dK, dV and its share of dQ = dS K * scale,
+    added into DQA (fp32, (B, T, H, D) in memory, zero at launch): five products a tile where
+    _bwd_kernel's dQ programs compute the scores and dP a second time (seven)."""
+    bh = tl.program_id(1)
+    b, h = (bh // H).to(tl.int64), (bh % H).to(tl.int64)
+    so = H * HEAD_DIM
+    _dkdv_program(tl.program_id(0), b, h, K + b * skb + h * skh, V + b * svb + h * svh, Q + b * sqb + h * sqh,
+                  DO + b * sdb + h * sdh, O + (b * T_Q * H + h) * HEAD_DIM, LSE + bh.to(tl.int64) * T_Q, DK, DV,
+                  DQA + (b * T_Q * H + h) * HEAD_DIM, skt, svt, sqt, sdt, so, so, sgkb, sgkh, sgkt, T_Q, T_K,
+                  T_K - T_Q, load_seed(SEED, DROPOUT), drop_thr, keep_scale, sm_scale, qk_scale,
+                  bh.to(tl.int64) * T_Q, HEAD_DIM, CAUSAL, PREC, DROPOUT, True, BLOCK_M, BLOCK_N)

@@ -57,14 +57,14 @@ def make_inputs(B, H, t_q, t_k, D, dtype, layout, device):
         k, v = (torch.randn(B, H, t_k, D, device=device).to(dtype) for _ in range(2))
     return q, k, v
 
-def run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, allow_tf32, device):
+def run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, allow_tf32, device, dq="recompute"):
     """Errors of out, dq, dk, dv against float64; kernel outputs start as NaN."""
     ta.poison_outputs = True
     dtype = getattr(torch, dtype)
     q, k, v = make_inputs(B, H, t_q, t_k, D, dtype, layout, device)
     qkv = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     do = torch.randn(B, H, t_q, D, device=device).to(dtype)
-    out = ta.attention(*qkv, causal=causal, allow_tf32=allow_tf32)
+    out = ta.attention(*qkv, causal=causal, allow_tf32=allow_tf32, dq=dq)
     out.backward(do)
     ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
     ref = reference(*ref_in, causal=causal)
@@ -74,7 +74,7 @@ def run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, allow_tf32, device):
         errs[name] = rel_err(got.grad, want.grad)
     return errs
 
-def dropout_case(ta, p, device="cpu", dtype=torch.float32, allow_tf32=False, T=33, D=64):
+def dropout_case(ta, p, device="cpu", dtype=torch.float32, allow_tf32=False, T=33, D=64, dq="recompute"):
     """Dropout against float64 under the kernel's own mask, read off with V = identity: then
     O = P * keep / (1 - p) (T <= D), so keep = O != 0. Also: the kept fraction, and how many
     decisions change with the seed."""
@@ -86,7 +86,7 @@ def dropout_case(ta, p, device="cpu", dtype=torch.float32, allow_tf32=False, T=3
                        for s in (1234, 1235))
     qkv = [t.clone().requires_grad_() for t in (q, k, v)]
     do = torch.randn_like(q)
-    out = ta.attention(*qkv, allow_tf32=allow_tf32, dropout_p=p, seed=1234)
+    out = ta.attention(*qkv, allow_tf32=allow_tf32, dropout_p=p, seed=1234, dq=dq)
     out.backward(do)
     ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
     s = ref_in[0] @ ref_in[1].transpose(-1, -2) / D ** 0.5
@@ -126,7 +126,11 @@ for name, B, H, t_q, t_k, D, dtype, causal, layout, forced in json.loads(sys.arg
     torch.manual_seed(len(results))
     ta.force_configs = forced and [dict(BLOCK_M=m, BLOCK_N=n, num_warps=4, num_stages=1) for m, n in forced]
     results[name] = run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, False, "cpu")
+    # the backward whose key tiles add dQ in fp32 atomics (attention.dq=atomic), on the same case
+    torch.manual_seed(len(results) - 1)
+    results[name + "_atomic_dq"] = run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, False, "cpu", dq="atomic")
 ta.force_configs = None
+results["dropout_atomic_dq"] = dropout_case(ta, 0.3, dq="atomic")[0]
 results["module_vs_sdpa"] = module_vs_sdpa()
 results["dropout"], results["dropout_mask"] = dropout_case(ta, 0.3)
 # the model's head split (SplitHeads) into the kernels: the gradients come back as one buffer, and
@@ -170,14 +174,15 @@ def interpreted():
     return json.loads(line[len("RESULTS "):])
 
 
+@pytest.mark.parametrize("dq", ["", "_atomic_dq"])
 @pytest.mark.parametrize("case", CPU_CASES, ids=[c[0] for c in CPU_CASES])
-def test_interpreted_matches_float64(interpreted, case):
+def test_interpreted_matches_float64(interpreted, case, dq):
     tol = BF16_TOL if case[6] == "bfloat16" else FP32_TOL
-    errs = interpreted[case[0]]
+    errs = interpreted[case[0] + dq]
     assert all(e <= tol for e in errs.values()), f"{case[0]}: {errs} (tol {tol})"  # NaN fails too
 
 
-@pytest.mark.parametrize("name", ["module_vs_sdpa", "nograd_decode", "packed_heads"])
+@pytest.mark.parametrize("name", ["module_vs_sdpa", "nograd_decode", "packed_heads", "dropout_atomic_dq"])
 def test_interpreted_extras(interpreted, name):
     errs = interpreted[name]
     assert all(e <= FP32_TOL for e in errs.values()), errs

@@ -9,6 +9,11 @@ On CUDA the kernels run behind a C++ op (kernels/triton_attention_op.py: its aut
 launches are C++, so an eager call pays little host time); `attention.cpp_launch=false` keeps the
 Python autograd.Function and launch path, which the interpreter always uses.
 
+`attention.dq=atomic` has the backward's key-tile programs add their share of dQ in fp32 atomics
+(five products a tile; the default, recompute, gives dQ programs of their own that compute the
+scores and dP again: seven, no atomics); Python launches, as the C++ op launches the recompute
+backward only.
+
 `attention.forward=gluon` runs the forward of kernels/gluon_attention.py instead (sm_90, bf16:
 each key tile's softmax under the previous tile's P V on the tensor cores), with the same
 backward; its launches are Python's (the C++ op launches the tl kernels only), and calls it does
@@ -43,13 +48,16 @@ class TritonAttention(CausalSelfAttention):
     dtypes = ("float32", "bfloat16")
     backward = "kernel"
     forwards = ("tl", "gluon")  # attention.forward: this backend's forward kernels
+    dq_modes = ("recompute", "atomic")  # attention.dq: how its backward gets dQ
 
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
         self.allow_tf32 = bool(getattr(acfg, "allow_tf32", True))  # schema default True; bare dicts too
         self.forward_kernel = str(getattr(acfg, "forward", "tl"))
-        # the C++ op launches the tl kernels only: a Gluon forward goes through the Python path
-        self.cpp_launch = bool(getattr(acfg, "cpp_launch", True)) and not interpreting() and self.forward_kernel == "tl"
+        self.dq_mode = str(getattr(acfg, "dq", "recompute"))
+        # the C++ op launches the tl forward and the recompute backward only: the others go through Python
+        self.cpp_launch = bool(getattr(acfg, "cpp_launch", True)) and not interpreting() and \
+            self.forward_kernel == "tl" and self.dq_mode == "recompute"
         _kernels()  # import now: a missing kernels/ fails at build, not mid-step
 
     @classmethod
@@ -63,7 +71,8 @@ class TritonAttention(CausalSelfAttention):
     def variants(cls, name):
         """Both launch paths (the C++ op, the Python autograd.Function) and the Gluon forward."""
         return [(name, {"name": name}), (f"{name}_python_launch", {"name": name, "cpp_launch": False}),
-                (f"{name}_gluon_forward", {"name": name, "forward": "gluon"})]
+                (f"{name}_gluon_forward", {"name": name, "forward": "gluon"}),
+                (f"{name}_atomic_dq", {"name": name, "dq": "atomic"})]
 
     @classmethod
     def check(cls, cfg, device):
@@ -83,7 +92,8 @@ class TritonAttention(CausalSelfAttention):
             _check_gluon(cfg, device, interpret)
         if interpret:
             _check_interpretable(cfg)
-        elif getattr(cfg.attention, "cpp_launch", True) and forward == "tl":
+        elif getattr(cfg.attention, "cpp_launch", True) and forward == "tl" and \
+                str(getattr(cfg.attention, "dq", "recompute")) == "recompute":
             importlib.import_module("kernels.triton_attention_op").require(device)
 
     def attend(self, q, k, v, mask):
@@ -94,7 +104,7 @@ class TritonAttention(CausalSelfAttention):
         if self.cpp_launch and q.is_cuda:
             return _op().attention(q, k, v, True, self.scale, self.allow_tf32, p, None)
         return _kernels().attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32,
-                                    dropout_p=p, forward=self.forward_kernel)
+                                    dropout_p=p, forward=self.forward_kernel, dq=self.dq_mode)
 
 
 def _check_gluon(cfg, device, interpret: bool) -> None:
