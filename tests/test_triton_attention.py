@@ -245,19 +245,52 @@ def _helpers():
     return ns
 
 
+@pytest.mark.parametrize("dq", ["recompute", "atomic"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "B{}_H{}_Tq{}_Tk{}_D{}".format(*s))
+@pytest.mark.parametrize("shape", GPU_SHAPES + [(2, 4, 1024, 1024, 128)], ids=lambda s: "B{}_H{}_Tq{}_Tk{}_D{}".format(*s))
 @pytest.mark.parametrize("layout", ["contiguous", "qkv_view"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gpu_matches_float64(shape, dtype, layout):
+def test_gpu_matches_float64(shape, dtype, layout, dq):
     import kernels.triton_attention as ta
     if layout == "qkv_view" and shape[2] != shape[3]:
         pytest.skip("the model's layout has Tq == Tk")
     torch.manual_seed(0)
-    errs = _helpers()["run_case"](ta, *shape, dtype, True, layout, True, "cuda")
+    errs = _helpers()["run_case"](ta, *shape, dtype, True, layout, True, "cuda", dq=dq)
     tol = BF16_TOL if dtype == "bfloat16" else TF32_TOL
     assert all(e <= tol for e in errs.values()), f"{errs} (tol {tol})"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cpp_launch", [True, False])
+def test_gpu_packed_gradient_is_handed_on_without_a_copy(cpp_launch):
+    """The seed's attention branch in bf16, through the C++ op and through Python: the input and
+    weight gradients match SDPA's (same weights), and the backward runs no concatenation kernel
+    (the q, k, v gradients are one buffer that the head split hands to c_attn as it is)."""
+    from omegaconf import OmegaConf
+    from torch.profiler import ProfilerActivity, profile
+
+    from transformerop.model.attention.sdpa import SDPAAttention
+    from transformerop.model.attention.triton import TritonAttention
+    mcfg = OmegaConf.create({"n_embd": 384, "n_head": 6, "dropout": 0.0, "bias": False})
+    ours = TritonAttention(mcfg, OmegaConf.create({"name": "triton", "cpp_launch": cpp_launch})).cuda().bfloat16()
+    ref = SDPAAttention(mcfg, OmegaConf.create({"name": "sdpa"})).cuda().bfloat16()
+    ref.load_state_dict(ours.state_dict())
+    torch.manual_seed(0)
+    x = torch.randn(8, 256, 384, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn_like(x)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    outs = [m.branch(t) for m, t in zip((ours, ref), xs)]
+    outs[1].backward(dy)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        outs[0].backward(dy)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    assert not [n for n in names if "CatArrayBatchedCopy" in n], names
+    rel = lambda a, b: ((a.float() - b.float()).norm() / b.float().norm()).item()  # noqa: E731
+    assert rel(xs[0].grad, xs[1].grad) < BF16_TOL
+    assert rel(ours.c_attn.weight.grad, ref.c_attn.weight.grad) < BF16_TOL
 
 
 @pytest.mark.gpu
