@@ -49,6 +49,9 @@ def test_training_matches_autocast_bit_for_bit(tmp_path, accum):
     # the optimizer steps the masters: no bf16 tensor in its groups or its state
     assert all(p.dtype == torch.float32 for g in held.opt.param_groups for p in g["params"])
     assert plain.masters is None
+    # the in-loop evaluation (addition's exact match decodes outside autocast, from fp32 weights)
+    assert plain.evaluate() == held.evaluate()
+    assert all(p.dtype == torch.bfloat16 for p in held.masters.params)  # the copies are back after it
 
 
 def test_a_planted_rounding_of_the_masters_is_caught(tmp_path):

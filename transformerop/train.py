@@ -142,7 +142,8 @@ class Trainer:
         if self.data.kind == "text":
             m["bits_per_char"] = losses["val"] / math.log(2)
         else:
-            m["exact_match"], _ = self.data.exact_match(self.raw_model)
+            with self.full_precision() as model:  # greedy decoding outside autocast reads fp32 weights
+                m["exact_match"], _ = self.data.exact_match(model)
         return m
 
     # -- one step --------------------------------------------------------------
