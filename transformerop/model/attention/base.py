@@ -2,7 +2,9 @@
 
 A backend subclasses CausalSelfAttention and implements `attend(q, k, v, mask)` on tensors of
 shape (B, H, T, D); the projections, head split and output projection are shared here so
-backends differ only in the part being studied. `mask` is None for plain causal attention
+backends differ only in the part being studied. In training the head split is SplitHeads: a
+backend whose backward lays the q, k, v gradients out as one buffer, as the heads are (the
+Triton one), hands c_attn its gradient with no copy; the others' take one. `mask` is None for plain causal attention
 (queries are the last Tq positions of the Tk keys) or a bool tensor broadcastable to
 (B, H, Tq, Tk), True where a query may attend (the static KV cache passes one).
 
