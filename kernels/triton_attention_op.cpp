@@ -216,27 +216,38 @@ std::tuple<Tensor, Tensor, Tensor> attn_fwd(const Tensor& q_in, const Tensor& k_
   return {o, lse, s};
 }
 
+// atomic_dq (attention.dq=atomic): the key-tile programs add dQ into an fp32 sum (zeroed here),
+// cast into dq after the launch; else the one-launch backward with dQ programs of its own.
 std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor& do_in, const Tensor& q_in, const Tensor& k_in,
                                             const Tensor& v_in, const Tensor& o, const Tensor& lse, bool causal,
-                                            double sm_scale, bool allow_tf32, double p, const Tensor& s) {
+                                            double sm_scale, bool allow_tf32, double p, const Tensor& s,
+                                            bool atomic_dq) {
   const c10::cuda::CUDAGuard guard(q_in.device());
   const Tensor q = unit_last(q_in), k = unit_last(k_in), v = unit_last(v_in);
   const Tensor dout = unit_last(do_in.to(o.scalar_type()));
   const int64_t B = q.size(0), H = q.size(1), t_q = q.size(2), t_k = k.size(2);
   auto [dq, dk, dv] = grads_like(q, k, v);
   const bool drop = p > 0.0;
-  std::vector<Arg> args = {ptr(q), ptr(k), ptr(v), ptr(dout), ptr(o), ptr(lse), ptr(dq), ptr(dk), ptr(dv),
+  const Tensor dqa = atomic_dq ? at::zeros({B, t_q, H, q.size(3)}, q.options().dtype(at::kFloat)) : dq;
+  std::vector<Arg> args = {ptr(q), ptr(k), ptr(v), ptr(dout), ptr(o), ptr(lse), ptr(dqa), ptr(dk), ptr(dv),
                            ptr(drop ? s : lse), integer(static_cast<int64_t>(std::nearbyint(p * 16777216.0))),
                            real(1.0 / (1.0 - p)), real(sm_scale), real(sm_scale * kLog2e)};
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &dout, &dq, &dk})
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&q, &k, &v, &dout})
+    for (int d = 0; d < 3; ++d) args.push_back(integer(t->stride(d)));
+  for (const Tensor* t : atomic_dq ? std::vector<const Tensor*>{&dk} : std::vector<const Tensor*>{&dq, &dk})
     for (int d = 0; d < 3; ++d) args.push_back(integer(t->stride(d)));
   args.push_back(integer(H));
   for (int64_t x : {t_q, t_k, bucket(t_q), bucket(t_k), bucket(B * H)}) args.push_back(length(x));  // _NOSPEC
-  const std::string key = key_of("bwd", q, t_k, causal, allow_tf32, drop, args);
-  if (!launch(key, args, [&](int bm) { return cdiv(t_k, bm) + cdiv(t_q, bm); }, B * H)) {
+  const char* kind = atomic_dq ? "bwd_atomic" : "bwd";
+  const std::string key = key_of(kind, q, t_k, causal, allow_tf32, drop, args);
+  const bool hit = atomic_dq ? launch(key, args, [&](int bm) { return cdiv(t_k, bm); }, B * H)
+                             : launch(key, args, [&](int bm) { return cdiv(t_k, bm) + cdiv(t_q, bm); }, B * H);
+  if (hit && atomic_dq) dq.copy_(dqa.transpose(1, 2));
+  if (!hit) {
     py::gil_scoped_acquire gil;
-    auto r = call_python("bwd", key, py::make_tuple(dout, q, k, v, o, lse, causal, sm_scale, allow_tf32, p,
-                                                    drop ? py::cast(s) : py::none()));
+    auto r = call_python(kind, key, py::make_tuple(dout, q, k, v, o, lse, causal, sm_scale, allow_tf32, p,
+                                                   drop ? py::cast(s) : py::none(),
+                                                   atomic_dq ? "atomic" : "recompute"));
     dq = r[0].cast<Tensor>();
     dk = r[1].cast<Tensor>();
     dv = r[2].cast<Tensor>();
@@ -247,7 +258,8 @@ std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor& do_in, const Tensor& q
 // The autograd node: the forward's tensors saved in C++, the backward launched from C++.
 struct AttentionFn : public torch::autograd::Function<AttentionFn> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                        bool causal, double sm_scale, bool allow_tf32, double p, std::optional<int64_t> seed) {
+                        bool causal, double sm_scale, bool allow_tf32, double p, std::optional<int64_t> seed,
+                        bool atomic_dq) {
     at::AutoDispatchBelowADInplaceOrView below;
     static auto fwd = c10::Dispatcher::singleton().findSchemaOrThrow("tfo_triton::attn_fwd", "")
                           .typed<decltype(attn_fwd)>();
@@ -257,6 +269,7 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     ctx->saved_data["sm_scale"] = sm_scale;
     ctx->saved_data["allow_tf32"] = allow_tf32;
     ctx->saved_data["p"] = p;
+    ctx->saved_data["atomic_dq"] = atomic_dq;
     return o;
   }
 
@@ -268,18 +281,18 @@ struct AttentionFn : public torch::autograd::Function<AttentionFn> {
     const auto t = ctx->get_saved_variables();
     auto [dq, dk, dv] = bwd.call(grads[0], t[0], t[1], t[2], t[3], t[4], ctx->saved_data["causal"].toBool(),
                                  ctx->saved_data["sm_scale"].toDouble(), ctx->saved_data["allow_tf32"].toBool(),
-                                 ctx->saved_data["p"].toDouble(), t[5]);
-    return {dq, dk, dv, Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+                                 ctx->saved_data["p"].toDouble(), t[5], ctx->saved_data["atomic_dq"].toBool());
+    return {dq, dk, dv, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
 Tensor attention_autograd(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double sm_scale,
-                          bool allow_tf32, double p, std::optional<int64_t> seed) {
-  return AttentionFn::apply(q, k, v, causal, sm_scale, allow_tf32, p, seed);
+                          bool allow_tf32, double p, std::optional<int64_t> seed, bool atomic_dq) {
+  return AttentionFn::apply(q, k, v, causal, sm_scale, allow_tf32, p, seed, atomic_dq);
 }
 
 Tensor attention_cuda(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double sm_scale,
-                      bool allow_tf32, double p, std::optional<int64_t> seed) {
+                      bool allow_tf32, double p, std::optional<int64_t> seed, bool atomic_dq) {
   return std::get<0>(attn_fwd(q, k, v, causal, sm_scale, allow_tf32, p, seed));
 }
 
@@ -338,9 +351,9 @@ TORCH_LIBRARY(tfo_triton, m) {
   m.def("attn_fwd(Tensor q, Tensor k, Tensor v, bool causal, float sm_scale, bool allow_tf32, float dropout_p, "
         "int? seed) -> (Tensor, Tensor, Tensor)");
   m.def("attn_bwd(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, bool causal, "
-        "float sm_scale, bool allow_tf32, float dropout_p, Tensor seed) -> (Tensor, Tensor, Tensor)");
+        "float sm_scale, bool allow_tf32, float dropout_p, Tensor seed, bool atomic_dq=False) -> (Tensor, Tensor, Tensor)");
   m.def("attention(Tensor q, Tensor k, Tensor v, bool causal, float sm_scale, bool allow_tf32, float dropout_p, "
-        "int? seed) -> Tensor");
+        "int? seed, bool atomic_dq=False) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(tfo_triton, CUDA, m) {

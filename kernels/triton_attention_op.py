@@ -79,8 +79,8 @@ def _miss(kind, key, args):
     return tuple(out)
 
 
-def attention(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed):
-    return torch.ops.tfo_triton.attention(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed)
+def attention(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed, atomic_dq=False):
+    return torch.ops.tfo_triton.attention(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed, atomic_dq)
 
 
 def stats() -> dict:
@@ -101,9 +101,9 @@ def _register_fakes():
                 q.new_empty((1 if dropout_p > 0 else 0,), dtype=torch.int64))
 
     @torch.library.register_fake("tfo_triton::attn_bwd")
-    def _bwd(grad_out, q, k, v, out, lse, causal, sm_scale, allow_tf32, dropout_p, seed):
+    def _bwd(grad_out, q, k, v, out, lse, causal, sm_scale, allow_tf32, dropout_p, seed, atomic_dq=False):
         return TA._grads_like(q, k, v)  # the real op's layout rule (strides only: it reads on fake tensors)
 
     @torch.library.register_fake("tfo_triton::attention")
-    def _attention(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed):
+    def _attention(q, k, v, causal, sm_scale, allow_tf32, dropout_p, seed, atomic_dq=False):
         return bthd(q, q.shape[2])

@@ -124,12 +124,18 @@ def _float64(q, k, v, do):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_gpu_op_matches_float64():
+@pytest.mark.parametrize("atomic_dq", [False, True])
+def test_gpu_op_matches_float64(atomic_dq):
+    """Both backwards (attention.dq=recompute, atomic) from C++ once warmed, against float64."""
     from kernels import triton_attention_op as op
     q, k, v, do = _inputs(3, 6, 255, 255, 64, "bfloat16", seed=1)
-    fn = lambda *a: op.attention(*a, True, 0.125, True, 0.0, None)  # noqa: E731
-    for _ in range(3):
-        got = _run(fn, q, k, v, do, True)
+    fn = lambda *a: op.attention(*a, True, 0.125, True, 0.0, None, atomic_dq)  # noqa: E731
+    for _ in range(2):
+        _run(fn, q, k, v, do, True)
+    before = op.stats()["cpp"]
+    got = _run(fn, q, k, v, do, True)
+    torch.cuda.synchronize()
+    assert op.stats()["cpp"] == before + 2, op.stats()  # forward and backward launched from C++
     for name, a, b in zip(("out", "dq", "dk", "dv"), got, _float64(q, k, v, do)):
         err = ((a.double() - b).abs().max() / b.abs().max().clamp_min(1.0)).item()
         assert err <= 2e-2, (name, err)

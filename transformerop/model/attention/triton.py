@@ -11,8 +11,7 @@ Python autograd.Function and launch path, which the interpreter always uses.
 
 `attention.dq=atomic` has the backward's key-tile programs add their share of dQ in fp32 atomics
 (five products a tile; the default, recompute, gives dQ programs of their own that compute the
-scores and dP again: seven, no atomics); Python launches, as the C++ op launches the recompute
-backward only.
+scores and dP again: seven, no atomics), behind the same C++ op.
 
 `attention.forward=gluon` runs the forward of kernels/gluon_attention.py instead (sm_90, bf16:
 each key tile's softmax under the previous tile's P V on the tensor cores), with the same
@@ -55,9 +54,8 @@ class TritonAttention(CausalSelfAttention):
         self.allow_tf32 = bool(getattr(acfg, "allow_tf32", True))  # schema default True; bare dicts too
         self.forward_kernel = str(getattr(acfg, "forward", "tl"))
         self.dq_mode = str(getattr(acfg, "dq", "recompute"))
-        # the C++ op launches the tl forward and the recompute backward only: the others go through Python
-        self.cpp_launch = bool(getattr(acfg, "cpp_launch", True)) and not interpreting() and \
-            self.forward_kernel == "tl" and self.dq_mode == "recompute"
+        # the C++ op launches the tl forward only: a Gluon forward goes through the Python path
+        self.cpp_launch = bool(getattr(acfg, "cpp_launch", True)) and not interpreting() and self.forward_kernel == "tl"
         _kernels()  # import now: a missing kernels/ fails at build, not mid-step
 
     @classmethod
@@ -92,8 +90,7 @@ class TritonAttention(CausalSelfAttention):
             _check_gluon(cfg, device, interpret)
         if interpret:
             _check_interpretable(cfg)
-        elif getattr(cfg.attention, "cpp_launch", True) and forward == "tl" and \
-                str(getattr(cfg.attention, "dq", "recompute")) == "recompute":
+        elif getattr(cfg.attention, "cpp_launch", True) and forward == "tl":
             importlib.import_module("kernels.triton_attention_op").require(device)
 
     def attend(self, q, k, v, mask):
@@ -102,7 +99,7 @@ class TritonAttention(CausalSelfAttention):
                              "without one")
         p = self.dropout if self.training else 0.0
         if self.cpp_launch and q.is_cuda:
-            return _op().attention(q, k, v, True, self.scale, self.allow_tf32, p, None)
+            return _op().attention(q, k, v, True, self.scale, self.allow_tf32, p, None, self.dq_mode == "atomic")
         return _kernels().attention(q, k, v, causal=True, sm_scale=self.scale, allow_tf32=self.allow_tf32,
                                     dropout_p=p, forward=self.forward_kernel, dq=self.dq_mode)
 
