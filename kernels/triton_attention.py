@@ -42,7 +42,7 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 FORWARDS = ("tl", "gluon")  # the forward kernels: this file's, kernels/gluon_attention.py's (sm_90)
 # how the backward gets dQ: programs of its own that compute the scores and dP again (no atomics),
 # or the dK/dV programs adding their share in fp32 atomics (five products a tile instead of seven)
-DQ_MODES = ("recompute", "atomic")
+DQ_MODES = ("query_tiles", "atomic")
 stats = {"tl": 0, "gluon": 0}  # forwards run by each (kernel="gluon" runs tl where gluon cannot: decode)
 
 
@@ -118,7 +118,7 @@ def _forward(q, k, v, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None, kerne
     return o, lse
 
 
-def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None, dq_mode="recompute"):
+def _backward(do, q, k, v, o, lse, causal, sm_scale, allow_tf32, p_drop=0.0, seed=None, dq_mode="query_tiles"):
     B, H, t_q, D = q.shape
     t_k = k.shape[2]
     dq, dk, dv = _grads_like(q, k, v)
@@ -148,7 +148,7 @@ class TritonAttentionFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None, kernel="tl",
-                dq_mode="recompute"):
+                dq_mode="query_tiles"):
         q, k, v = _check(q, k, v, causal, dropout_p)
         sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else float(sm_scale)
         seed = seed_tensor(seed, q.device) if dropout_p > 0 else None
@@ -188,7 +188,7 @@ def _check(q, k, v, causal, dropout_p=0.0):
 
 
 def attention(q, k, v, causal=True, sm_scale=None, allow_tf32=True, dropout_p=0.0, seed=None, forward="tl",
-              dq="recompute"):
+              dq="query_tiles"):
     """Fused attention on (B, H, T, D) tensors; causal aligns queries to the last Tq keys.
 
     allow_tf32 (default True) lets fp32 matmuls use TF32 tensor cores (~1e-3 relative error);

@@ -247,7 +247,7 @@ std::tuple<Tensor, Tensor, Tensor> attn_bwd(const Tensor& do_in, const Tensor& q
     py::gil_scoped_acquire gil;
     auto r = call_python(kind, key, py::make_tuple(dout, q, k, v, o, lse, causal, sm_scale, allow_tf32, p,
                                                    drop ? py::cast(s) : py::none(),
-                                                   atomic_dq ? "atomic" : "recompute"));
+                                                   atomic_dq ? "atomic" : "query_tiles"));
     dq = r[0].cast<Tensor>();
     dk = r[1].cast<Tensor>();
     dv = r[2].cast<Tensor>();

@@ -57,7 +57,7 @@ def make_inputs(B, H, t_q, t_k, D, dtype, layout, device):
         k, v = (torch.randn(B, H, t_k, D, device=device).to(dtype) for _ in range(2))
     return q, k, v
 
-def run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, allow_tf32, device, dq="recompute"):
+def run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, allow_tf32, device, dq="query_tiles"):
     """Errors of out, dq, dk, dv against float64; kernel outputs start as NaN."""
     ta.poison_outputs = True
     dtype = getattr(torch, dtype)
@@ -74,7 +74,7 @@ def run_case(ta, B, H, t_q, t_k, D, dtype, causal, layout, allow_tf32, device, d
         errs[name] = rel_err(got.grad, want.grad)
     return errs
 
-def dropout_case(ta, p, device="cpu", dtype=torch.float32, allow_tf32=False, T=33, D=64, dq="recompute"):
+def dropout_case(ta, p, device="cpu", dtype=torch.float32, allow_tf32=False, T=33, D=64, dq="query_tiles"):
     """Dropout against float64 under the kernel's own mask, read off with V = identity: then
     O = P * keep / (1 - p) (T <= D), so keep = O != 0. Also: the kept fraction, and how many
     decisions change with the seed."""
@@ -245,7 +245,7 @@ def _helpers():
     return ns
 
 
-@pytest.mark.parametrize("dq", ["recompute", "atomic"])
+@pytest.mark.parametrize("dq", ["query_tiles", "atomic"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("shape", GPU_SHAPES + [(2, 4, 1024, 1024, 128)], ids=lambda s: "B{}_H{}_Tq{}_Tk{}_D{}".format(*s))
 @pytest.mark.parametrize("layout", ["contiguous", "qkv_view"])

@@ -126,7 +126,7 @@ def _float64(q, k, v, do):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("atomic_dq", [False, True])
 def test_gpu_op_matches_float64(atomic_dq):
-    """Both backwards (attention.dq=recompute, atomic) from C++ once warmed, against float64."""
+    """Both backwards (attention.dq=query_tiles, atomic) from C++ once warmed, against float64."""
     from kernels import triton_attention_op as op
     q, k, v, do = _inputs(3, 6, 255, 255, 64, "bfloat16", seed=1)
     fn = lambda *a: op.attention(*a, True, 0.125, True, 0.0, None, atomic_dq)  # noqa: E731

@@ -107,7 +107,7 @@ class AttentionConfig:
     allow_tf32: bool = True  # triton, fp32: TF32 tensor cores in tl.dot (false: IEEE fp32)
     cpp_launch: bool = True  # triton on CUDA: a C++ op, autograd node and launch (false: Python's, for debugging)
     forward: AttnForward = AttnForward.tl  # triton: its forward kernel (gluon: kernels/gluon_attention.py, sm_90, bf16)
-    dq: AttnDq = AttnDq.recompute  # triton: its backward's dQ (atomic: the dK/dV programs add it in fp32 atomics)
+    dq: AttnDq = AttnDq.query_tiles  # triton: its backward's dQ (atomic: the dK/dV programs add it in fp32 atomics)
 
 
 @dataclass

@@ -10,7 +10,7 @@ launches are C++, so an eager call pays little host time); `attention.cpp_launch
 Python autograd.Function and launch path, which the interpreter always uses.
 
 `attention.dq=atomic` has the backward's key-tile programs add their share of dQ in fp32 atomics
-(five products a tile; the default, recompute, gives dQ programs of their own that compute the
+(five products a tile; the default, query_tiles, gives dQ programs of their own that compute the
 scores and dP again: seven, no atomics), behind the same C++ op.
 
 `attention.forward=gluon` runs the forward of kernels/gluon_attention.py instead (sm_90, bf16:
@@ -47,13 +47,13 @@ class TritonAttention(CausalSelfAttention):
     dtypes = ("float32", "bfloat16")
     backward = "kernel"
     forwards = ("tl", "gluon")  # attention.forward: this backend's forward kernels
-    dq_modes = ("recompute", "atomic")  # attention.dq: how its backward gets dQ
+    dq_modes = ("query_tiles", "atomic")  # attention.dq: how its backward gets dQ
 
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
         self.allow_tf32 = bool(getattr(acfg, "allow_tf32", True))  # schema default True; bare dicts too
         self.forward_kernel = str(getattr(acfg, "forward", "tl"))
-        self.dq_mode = str(getattr(acfg, "dq", "recompute"))
+        self.dq_mode = str(getattr(acfg, "dq", "query_tiles"))
         # the C++ op launches the tl forward only: a Gluon forward goes through the Python path
         self.cpp_launch = bool(getattr(acfg, "cpp_launch", True)) and not interpreting() and self.forward_kernel == "tl"
         _kernels()  # import now: a missing kernels/ fails at build, not mid-step
