@@ -9,6 +9,8 @@
 #   parity             Shakespeare through triton vs sdpa, same steps
 #   speedrun [best]    the study's best settings as a user runs them (one fresh process, W&B on),
 #                      then (unless `best`) its lever sweep (each job a fresh process)
+#   levers             the GPU tests of the speedrun's levers and of the attention's packed-gradient and
+#                      atomic-dQ backwards, then attention_kernels' triton rows with attention.dq=atomic
 #   search [N]         the speedrun's Optuna search (hparams_search=speedrun, N trials; the `search`
 #                      extra's wheels carried in .whl/, installed into /tmp/site first)
 #   studies [NAME...]  each study's sweep (logger=none), its report published to experiments/results
@@ -47,6 +49,13 @@ case "$stage" in
       $py run.py experiment=speedrun train.progress=false hydra.run.dir=outputs/gpu_speedrun_best$i 2>&1 | log
     done
     [ "${1:-}" = best ] || $py run.py -m experiment=speedrun train.progress=false hydra.sweep.dir=outputs/gpu_speedrun 2>&1 | log ;;
+  levers)
+    $py -m pytest -q -m gpu -p no:cacheprovider tests/test_master_weights.py tests/test_triton_norm.py \
+      tests/test_triton_head.py tests/test_kernel_warmups.py tests/test_train_graph.py tests/test_triton_attention_op.py \
+      tests/test_triton_attention.py tests/test_gluon_attention.py 2>&1 | log
+    $py run.py -m experiment=attention_kernels logger=none train.progress=false hydra.sweeper.params.attention=triton \
+      attention.dq=atomic hydra.sweep.dir=outputs/gpu_attention_kernels_atomic 2>&1 | log
+    $py -m transformerop.report outputs/gpu_attention_kernels_atomic --no-wandb 2>&1 | log ;;
   search)
     $py run.py -m experiment=speedrun hparams_search=speedrun hydra.sweeper.n_trials="${1:-6}" train.progress=false \
       hydra.sweep.dir=outputs/gpu_speedrun_search 2>&1 | log ;;
@@ -73,5 +82,5 @@ case "$stage" in
     mkdir -p outputs/calibration && cp "$cal"/*.json outputs/calibration/ 2>/dev/null
     tar czf "$out/gpu.tgz" --exclude='*.pt' --exclude=trace.json --exclude='media' \
       experiments/results outputs/calibration $(ls -d outputs/gpu_* 2>/dev/null) ;;
-  *) echo "unknown stage $stage (calibrate | checks | validate | parity | speedrun | search [N] | studies [NAME...] | ddp | pack)" >&2; exit 2 ;;
+  *) echo "unknown stage $stage (calibrate | checks | validate | parity | speedrun | levers | search [N] | studies [NAME...] | ddp | pack)" >&2; exit 2 ;;
 esac
