@@ -50,7 +50,7 @@ case "$stage" in
     done
     [ "${1:-}" = best ] || $py run.py -m experiment=speedrun train.progress=false hydra.sweep.dir=outputs/gpu_speedrun 2>&1 | log ;;
   levers)
-    $py -m pytest -q -m gpu -p no:cacheprovider tests/test_master_weights.py tests/test_triton_norm.py \
+    $py -m pytest -q -m gpu -p no:cacheprovider tests/test_master_weights.py tests/test_fused_step.py tests/test_triton_norm.py \
       tests/test_triton_head.py tests/test_kernel_warmups.py tests/test_train_graph.py tests/test_triton_attention_op.py \
       tests/test_triton_attention.py tests/test_gluon_attention.py 2>&1 | log
     $py run.py -m experiment=attention_kernels logger=none train.progress=false hydra.sweeper.params.attention=triton \

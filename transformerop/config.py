@@ -166,6 +166,10 @@ class TrainConfig:
     # optimizer (transformerop/master_weights.py): two multi-tensor copies a step in place of
     # autocast's two casts a weight, the same arithmetic
     master_weights: bool = False
+    # with master_weights (CUDA): the held weights' clip and AdamW as two Triton kernels over flat
+    # buffers, the bf16 copies written in the same pass (transformerop/fused_step.py); fp32 rounding
+    # apart, torch's fused AdamW's arithmetic
+    fused_step: bool = False
     cuda_graph: bool = False  # capture the whole train step in one CUDA graph (CUDA, grad_accum 1, 1 rank)
     resume: Any = True  # true: latest checkpoint in the run dir; false; or a checkpoint path
     checkpoint: bool = True

@@ -60,6 +60,16 @@ class MasterWeights:
         for i, m in enumerate(self.masters):
             m.grad = self.grads[i] if self._held[i] else None
 
+    def step(self, opt, clip: float, params) -> None:
+        """One optimizer step: the gradients pulled, clipped on the masters (listed in the model's
+        parameter order `params`, as torch.nn.utils.clip_grad_norm_ sees them without masters),
+        AdamW, and the masters pushed into the bf16 weights."""
+        self.pull()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.substituted(params), clip)
+        opt.step()
+        self.push()
+
     @torch.no_grad()
     def push(self) -> None:
         """The masters, after the optimizer's step, rounded into the model's weights; the next step's

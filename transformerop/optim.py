@@ -18,7 +18,10 @@ import torch
 
 
 class AdamW:
-    def __init__(self, groups, lr, betas=(0.9, 0.999), eps=1e-8):
+    def __init__(self, groups, lr, betas=(0.9, 0.999), eps=1e-8, external=None):
+        """external: {parameter: its state tensors} for parameters stepped elsewhere
+        (train.fused_step): their state is kept here for checkpoints, and step() skips them."""
+        self.external = external or {}
         self.param_groups = []
         for g in groups:
             params = [p for p in g["params"] if p.requires_grad]
@@ -27,15 +30,16 @@ class AdamW:
             self.param_groups.append({"params": params, "lr": lr, "betas": tuple(betas), "eps": eps,
                                       "weight_decay": g.get("weight_decay", 0.0)})
         # step counts live on the parameter's device as float32, as the fused kernel reads them
-        self.state = {p: {"step": torch.zeros((), dtype=torch.float32, device=p.device),
-                          "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                          "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+        self.state = {p: self.external[p] if p in self.external else
+                      {"step": torch.zeros((), dtype=torch.float32, device=p.device),
+                       "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                       "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
                       for g in self.param_groups for p in g["params"]}
 
     @torch.no_grad()
     def step(self) -> None:
         for g in self.param_groups:
-            params = [p for p in g["params"] if p.grad is not None]
+            params = [p for p in g["params"] if p.grad is not None and p not in self.external]
             if not params:
                 continue
             st = [self.state[p] for p in params]
@@ -108,7 +112,7 @@ def build_optimizer(model, t, device, masters=None):
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     graphed = bool(t.cuda_graph)  # a captured step reads lr from a device tensor
     lr = torch.tensor(t.lr, device=device) if graphed else t.lr
-    return AdamW(groups, lr=lr, betas=(t.beta1, t.beta2))
+    return AdamW(groups, lr=lr, betas=(t.beta1, t.beta2), external=getattr(masters, "moments", None))
 
 
 def set_lr(opt, lr: float) -> None:

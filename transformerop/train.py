@@ -55,7 +55,11 @@ class Trainer:
         self.cfg, self.t, self.data, self.device = cfg, cfg.train, data, device
         self.model = model.to(device)
         self.raw_model = self.model
-        self.masters = MasterWeights(self.model, torch_dtype(self.t.dtype)) if self.t.master_weights else None
+        self.masters = None
+        if self.t.master_weights:  # train.fused_step: the same, laid out flat for its kernels
+            from .fused_step import FlatMasterWeights
+            self.masters = (FlatMasterWeights if self.t.fused_step else MasterWeights)(self.model,
+                                                                                      torch_dtype(self.t.dtype))
         self.opt = build_optimizer(self.model, self.t, device, self.masters)
         self.ckpt_path = ckpt_path
         self.tracker = tracker
@@ -165,19 +169,14 @@ class Trainer:
         return loss.detach()
 
     def optimizer_step(self) -> None:
-        """Clip (on the device), AdamW, and drop the grads for the next step. With
-        train.master_weights the bf16 gradients go to the fp32 masters first, clip and AdamW run on
-        those (in the model's parameter order, as without them), and the masters go back into the
-        bf16 weights after."""
-        params = self.model.parameters()
+        """Clip (on the device), AdamW, and drop the grads for the next step (train.master_weights:
+        on the fp32 masters, MasterWeights.step)."""
         if self.masters is not None:
-            self.masters.pull()
-            params = self.masters.substituted(params)
-        if self.t.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, self.t.grad_clip)
-        self.opt.step()
-        if self.masters is not None:
-            self.masters.push()
+            self.masters.step(self.opt, self.t.grad_clip, list(self.model.parameters()))
+        else:
+            if self.t.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.grad_clip)
+            self.opt.step()
         self.opt.zero_grad(set_to_none=True)
 
     def eager_step(self):

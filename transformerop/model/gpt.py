@@ -148,6 +148,9 @@ class GPT(nn.Module):
         if m.fused_head:  # the head reads ln_f's output in autocast's dtype (fp32 without autocast)
             from kernels.triton_head import warmups
             calls += warmups(m.n_embd, compute, device)
+        if getattr(cfg.train, "fused_step", False):  # the optimizer's kernels (transformerop/fused_step.py)
+            from kernels.triton_adamw import warmups
+            calls += warmups(device, compute)
         return calls
 
     def forward(self, idx, targets=None, caches=None, pos=None):

@@ -14,7 +14,7 @@ from ..measure.predict import flag_line, judge, predict_train_step
 from ..measure.profiler import profile_beside
 from ..measure.timing import summarize
 from ..model import build_model, count_params
-from ..runtime import peak_memory_bytes, pick_device, reset_peak_memory, seed_everything
+from ..runtime import interpreting, peak_memory_bytes, pick_device, reset_peak_memory, seed_everything
 from ..train import LOG_EVERY, Trainer
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,13 @@ def check(cfg, device):
         if t.grad_accum != 1 or distributed.world_size() > 1 or t.slow_path != "none":
             raise ValueError("train.cuda_graph=true captures one plain step: needs train.grad_accum=1, "
                              "a single process and train.slow_path=none")
+    if t.fused_step and not t.master_weights:
+        raise ConfigError("train.fused_step=true steps the fp32 masters of train.master_weights: set "
+                          "train.master_weights=true (or train.fused_step=false)")
+    if t.fused_step and device.type != "cuda" and not interpreting():
+        from ..model import BackendUnavailable
+        raise BackendUnavailable("train.fused_step=true needs a CUDA GPU for its Triton kernels "
+                                 "(TRITON_INTERPRET=1 runs them on CPU, slowly)")
     if t.master_weights and t.dtype == "float32":
         raise ConfigError("train.master_weights=true keeps bf16 copies of the weights for autocast: needs "
                           "train.dtype=bfloat16 (or train.master_weights=false)")
