@@ -271,6 +271,7 @@ def test_gpu_packed_gradient_is_handed_on_without_a_copy(cpp_launch):
     from omegaconf import OmegaConf
     from torch.profiler import ProfilerActivity, profile
 
+    from transformerop.measure.profiler import on_device
     from transformerop.model.attention.sdpa import SDPAAttention
     from transformerop.model.attention.triton import TritonAttention
     mcfg = OmegaConf.create({"n_embd": 384, "n_head": 6, "dropout": 0.0, "bias": False})
@@ -286,7 +287,7 @@ def test_gpu_packed_gradient_is_handed_on_without_a_copy(cpp_launch):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         outs[0].backward(dy)
         torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+    names = [e.name for e in prof.events() if on_device(e)]
     assert not [n for n in names if "CatArrayBatchedCopy" in n], names
     rel = lambda a, b: ((a.float() - b.float()).norm() / b.float().norm()).item()  # noqa: E731
     assert rel(xs[0].grad, xs[1].grad) < BF16_TOL

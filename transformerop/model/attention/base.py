@@ -2,9 +2,10 @@
 
 A backend subclasses CausalSelfAttention and implements `attend(q, k, v, mask)` on tensors of
 shape (B, H, T, D); the projections, head split and output projection are shared here so
-backends differ only in the part being studied. In training the head split is SplitHeads: a
-backend whose backward lays the q, k, v gradients out as one buffer, as the heads are (the
-Triton one), hands c_attn its gradient with no copy; the others' take one. `mask` is None for plain causal attention
+backends differ only in the part being studied. A backend whose backward lays the q, k, v
+gradients out as one buffer, as the heads are (packed_grads: the Triton one), gets its heads
+from SplitHeads in training, which hands that buffer to c_attn with no copy; the others keep
+autograd's split (a copy, and no Python in their backward). `mask` is None for plain causal attention
 (queries are the last Tq positions of the Tk keys) or a bool tensor broadcastable to
 (B, H, Tq, Tk), True where a query may attend (the static KV cache passes one).
 
@@ -41,8 +42,7 @@ def packed_heads(q, k, v) -> bool:
 class SplitHeads(torch.autograd.Function):
     """c_attn's output (B, T, 3C) as q, k, v (B, H, T, D) views. Backward: their gradients as one
     (B, T, 3C) tensor -- that buffer itself, no copy, when they are views of one as the heads
-    are (packed_heads: the Triton backward lays them out so), else one copy (a stack) where
-    autograd's split would reshape each and concatenate."""
+    are (packed_heads: the Triton backward lays them out so), else one copy (a stack)."""
 
     @staticmethod
     def forward(ctx, qkv, n_head):
@@ -74,6 +74,9 @@ class CausalSelfAttention(nn.Module):
     # computes only the scores a causal mask keeps (about half of T x T at Tq = Tk): the roofline's FLOPs
     skips_masked = True
     per_head_projections = False  # q, k, v from one c_attn matmul (True: a bias-free Linear per head)
+    # the backward returns the q, k, v gradients as views of one (B, T, 3, H, D) buffer when they are
+    # SplitHeads' views (packed_strides): training then splits the heads through SplitHeads
+    packed_grads = False
 
     def __init__(self, mcfg, acfg):
         super().__init__()
@@ -125,9 +128,9 @@ class CausalSelfAttention(nn.Module):
         applies that in the next kernel)."""
         B, T, C = x.shape
         qkv = self.c_attn(x)
-        # training, eager: SplitHeads' backward takes no copy where it can (traced by torch.compile,
-        # autograd's own split: the check reads data pointers, which fake tensors have not)
-        if torch.is_grad_enabled() and qkv.requires_grad and not torch.compiler.is_compiling():
+        # training, eager, packed_grads: SplitHeads' backward takes no copy (traced by torch.compile,
+        # autograd's own split: its check reads data pointers, which fake tensors have not)
+        if self.packed_grads and torch.is_grad_enabled() and qkv.requires_grad and not torch.compiler.is_compiling():
             q, k, v = SplitHeads.apply(qkv, self.n_head)
         else:
             q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv.split(C, dim=2))

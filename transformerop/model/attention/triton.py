@@ -48,6 +48,7 @@ class TritonAttention(CausalSelfAttention):
     backward = "kernel"
     forwards = ("tl", "gluon")  # attention.forward: this backend's forward kernels
     dq_modes = ("query_tiles", "atomic")  # attention.dq: how its backward gets dQ
+    packed_grads = True  # kernels/triton_attention.py's _grads_like
 
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
