@@ -200,3 +200,35 @@ def test_bf16_stream_without_bf16_training_is_refused(tmp_path):
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "model.stream_dtype=bfloat16" in r.stderr and "train.dtype=bfloat16" in r.stderr, r.stderr[-2000:]
     assert not run_dir.exists()
+
+
+def test_only_a_backend_declaring_packed_grads_splits_heads_through_split_heads():
+    """SplitHeads (no copy when the gradients come back packed) is for backends that declare
+    packed_grads; the others keep autograd's split, with no Python in their backward."""
+    from omegaconf import OmegaConf
+
+    from transformerop.model.attention import get_backend
+    from transformerop.model.attention.sdpa import SDPAAttention
+
+    def nodes(t):
+        seen, todo = set(), [t.grad_fn]
+        while todo:
+            f = todo.pop()
+            if f is not None and f not in seen:
+                seen.add(f)
+                todo += [g for g, _ in f.next_functions]
+        return {type(f).__name__ for f in seen}
+
+    class Packed(SDPAAttention):
+        packed_grads = True
+    mcfg = OmegaConf.create({"n_embd": 32, "n_head": 2, "dropout": 0.0, "bias": False})
+    x = torch.randn(2, 5, 32, requires_grad=True)
+    plain, packed = (cls(mcfg, OmegaConf.create({"name": "sdpa"})) for cls in (SDPAAttention, Packed))
+    packed.load_state_dict(plain.state_dict())
+    y_plain, y_packed = plain.branch(x), packed.branch(x)
+    assert "SplitHeadsBackward" not in nodes(y_plain) and "SplitHeadsBackward" in nodes(y_packed)
+    torch.testing.assert_close(y_packed, y_plain)
+    g_plain, = torch.autograd.grad(y_plain.sum(), x)
+    g_packed, = torch.autograd.grad(y_packed.sum(), x)  # the stack fallback: SDPA's grads are not packed
+    torch.testing.assert_close(g_packed, g_plain)
+    assert get_backend("triton").packed_grads and not get_backend("sdpa").packed_grads
