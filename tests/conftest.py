@@ -31,6 +31,31 @@ def run_cli(*args, cwd=ROOT, timeout=600, env=None):
                           text=True, timeout=timeout, env=e)
 
 
+def refused_before_any_work(tmp_path, *overrides) -> str:
+    """`python run.py OVERRIDES` must fail in one line (no traceback) before a run dir exists:
+    returns its stderr for the caller's checks of what the line names."""
+    run_dir = tmp_path / "run"
+    r = run_cli(*overrides, "logger=none", f"hydra.run.dir={run_dir}")
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not run_dir.exists()
+    return r.stderr
+
+
+def small_graphed_trainer(tmp_path, name: str, *overrides):
+    """A two-layer GPT on the shipped sample play, bf16, dropout 0.2, its step CUDA-graphed, seeded:
+    the GPU tests' trainer for comparing a train lever on and off."""
+    from transformerop.data import build_data
+    from transformerop.model import build_model
+    from transformerop.train import Trainer
+    cfg = make_cfg(*SAMPLE, "model.n_layer=2", "model.n_head=4", "model.n_embd=128", "model.block_size=64",
+                   "model.dropout=0.2", "model.bias=false", "train.batch_size=16", "train.dtype=bfloat16",
+                   "train.cuda_graph=true", "train.progress=false", "train.checkpoint=false", *overrides)
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    data = build_data(cfg, dev)
+    return Trainer(cfg, build_model(cfg, data.tokenizer.vocab_size), data, dev, tmp_path / name)
+
+
 def interpreted(script: str, timeout: int = 900) -> dict:
     """Run `script` in a fresh Python under TRITON_INTERPRET=1 (Triton reads the variable when it
     is imported, so this process cannot switch) and return the `KEY value` lines it printed."""

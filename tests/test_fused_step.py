@@ -54,16 +54,23 @@ def test_flat_adamw_kernels_match_a_float64_adamw():
 
 
 TRAIN = r'''
-import json, sys, tempfile
+import json, tempfile
 from pathlib import Path
 import torch
-sys.path.insert(0, "tests")
-from conftest import make_cfg
+from hydra import compose, initialize_config_dir
+from transformerop import REPO_ROOT
+from transformerop.config import register
 from transformerop.data import build_data
 from transformerop.model import build_model
 from transformerop.train import Trainer
 from transformerop.measure.reference import norm_rel_err
 tmp = Path(tempfile.mkdtemp())
+register()
+
+
+def make_cfg(*overrides):
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
 
 
 def trainer(fused, name):
@@ -118,31 +125,18 @@ def test_training_with_the_fused_step_follows_the_unfused_one_and_resumes_exactl
 
 
 def test_fused_step_without_master_weights_is_refused_before_any_work(tmp_path):
-    from conftest import run_cli
-    run_dir = tmp_path / "run"
-    r = run_cli("train.fused_step=true", "train.dtype=bfloat16", "train.max_iters=1", "logger=none",
-                f"hydra.run.dir={run_dir}")
-    assert r.returncode != 0 and "Traceback" not in r.stderr
-    assert "train.fused_step=true" in r.stderr and "train.master_weights=true" in r.stderr, r.stderr[-2000:]
-    assert not run_dir.exists()
+    from conftest import refused_before_any_work
+    err = refused_before_any_work(tmp_path, "train.fused_step=true", "train.dtype=bfloat16", "train.max_iters=1")
+    assert "train.fused_step=true" in err and "train.master_weights=true" in err, err[-2000:]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (run `pytest -m gpu` on the device)")
 def test_graphed_fused_step_trains_like_the_unfused_one(tmp_path):
-    from conftest import SAMPLE, make_cfg
-
-    from transformerop.data import build_data
-    from transformerop.model import build_model
-    from transformerop.train import Trainer
-    dev, losses = torch.device("cuda"), {}
+    from conftest import small_graphed_trainer
+    losses = {}
     for fused in (False, True):
-        cfg = make_cfg(*SAMPLE, "model.n_layer=2", "model.n_head=4", "model.n_embd=128", "model.block_size=64",
-                       "model.dropout=0.2", "model.bias=false", "train.batch_size=16", "train.dtype=bfloat16",
-                       "train.cuda_graph=true", "train.progress=false", "train.checkpoint=false",
-                       "train.master_weights=true", f"train.fused_step={str(fused).lower()}")
-        torch.manual_seed(0)
-        data = build_data(cfg, dev)
-        tr = Trainer(cfg, build_model(cfg, data.tokenizer.vocab_size), data, dev, tmp_path / f"{fused}.pt")
+        tr = small_graphed_trainer(tmp_path, f"{fused}.pt", "train.master_weights=true",
+                                   f"train.fused_step={str(fused).lower()}")
         losses[fused] = torch.stack([tr.train_step(i).clone() for i in range(80)]).float().cpu()
     assert abs(losses[True][-20:].mean() - losses[False][-20:].mean()) < 0.05, (losses[True][-20:], losses[False][-20:])

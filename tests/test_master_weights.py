@@ -3,7 +3,7 @@ is autocast's arithmetic exactly, so the checks are bit-for-bit against a run wi
 autocast, bf16), plus checkpoints that keep the fp32 masters and a config refused up front."""
 import pytest
 import torch
-from conftest import make_cfg, run_cli
+from conftest import make_cfg, refused_before_any_work
 
 from transformerop import checkpoint
 from transformerop.data import build_data
@@ -113,13 +113,8 @@ def test_full_precision_and_trained_model_give_fp32_weights(tmp_path):
 
 
 def test_fp32_run_with_master_weights_is_refused_before_any_work(tmp_path):
-    run_dir = tmp_path / "run"
-    r = run_cli("train.master_weights=true", "train.dtype=float32", "train.max_iters=1", "logger=none",
-                f"hydra.run.dir={run_dir}")
-    assert r.returncode != 0
-    assert "train.master_weights=true" in r.stderr and "train.dtype=bfloat16" in r.stderr, r.stderr[-2000:]
-    assert "Traceback" not in r.stderr
-    assert not run_dir.exists()
+    err = refused_before_any_work(tmp_path, "train.master_weights=true", "train.dtype=float32", "train.max_iters=1")
+    assert "train.master_weights=true" in err and "train.dtype=bfloat16" in err, err[-2000:]
 
 
 @pytest.mark.gpu
@@ -128,19 +123,12 @@ def test_graphed_step_drops_the_casts_and_trains_alike(tmp_path):
     """In the captured step the two casts a weight become two multi-tensor copies, and training
     follows the run without masters (not bit for bit on the GPU: the fused norm's column sums and
     the attention's backward add in varying order)."""
-    from conftest import SAMPLE
+    from conftest import small_graphed_trainer
 
     from transformerop.measure.profiler import kernel_profile
-    dev = torch.device("cuda")
     counts, losses, n_held = {}, {}, 0
     for on in (False, True):
-        cfg = make_cfg(*SAMPLE, "model.n_layer=2", "model.n_head=4", "model.n_embd=128", "model.block_size=64",
-                       "model.dropout=0.2", "model.bias=false", "model.fused_norm=true", "train.batch_size=16",
-                       "train.dtype=bfloat16", "train.cuda_graph=true", "train.progress=false",
-                       "train.checkpoint=false", f"train.master_weights={str(on).lower()}")
-        torch.manual_seed(0)
-        data = build_data(cfg, dev)
-        tr = Trainer(cfg, build_model(cfg, data.tokenizer.vocab_size), data, dev, tmp_path / f"{on}.pt")
+        tr = small_graphed_trainer(tmp_path, f"{on}.pt", "model.fused_norm=true", f"train.master_weights={str(on).lower()}")
         for s in range(3):
             tr.train_step(s)
         counts[on] = kernel_profile(lambda: [tr.train_step(3 + i) for i in range(5)], 5)["kernels"]

@@ -31,7 +31,8 @@ class GraphedStep:
         optimizer state."""
         params = list(self.tr.model.parameters())
         stepped = [p for g in self.tr.opt.param_groups for p in g["params"]]
-        params += [p for p in stepped if all(p is not q for q in params)]
+        ids = {id(p) for p in params}
+        params += [p for p in stepped if id(p) not in ids]
         state = [v for p in params for v in self.tr.opt.state.get(p, {}).values() if torch.is_tensor(v)]
         return params + state
 

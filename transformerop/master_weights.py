@@ -33,6 +33,7 @@ class MasterWeights:
         self.grads = [torch.zeros_like(m) for m in self.masters]  # the masters' gradients, reused every step
         self._held = [False] * len(self.params)  # whose gradient this step's pulls have written
         self.of = {p: m for p, m in zip(self.params, self.masters)}
+        self.moments = {}  # AdamW state of masters stepped outside the optimizer (train.fused_step's); none here
         with torch.no_grad():
             for p in self.params:
                 p.data = p.data.to(dtype)

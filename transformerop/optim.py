@@ -112,7 +112,7 @@ def build_optimizer(model, t, device, masters=None):
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     graphed = bool(t.cuda_graph)  # a captured step reads lr from a device tensor
     lr = torch.tensor(t.lr, device=device) if graphed else t.lr
-    return AdamW(groups, lr=lr, betas=(t.beta1, t.beta2), external=getattr(masters, "moments", None))
+    return AdamW(groups, lr=lr, betas=(t.beta1, t.beta2), external=masters.moments if masters is not None else None)
 
 
 def set_lr(opt, lr: float) -> None:

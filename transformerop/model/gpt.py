@@ -168,8 +168,9 @@ class GPT(nn.Module):
         if self.fused_norm and caches is None:
             x = self._fused_blocks(emb)
         else:
-            if self._stream_dtype(idx.device) is not None:
-                emb = emb.to(self._stream_dtype(idx.device))
+            stream = self._stream_dtype(idx.device)
+            if stream is not None:
+                emb = emb.to(stream)
             x = self.drop(emb)
             for i, block in enumerate(self.blocks):
                 x = block(x, None if caches is None else caches[i])
