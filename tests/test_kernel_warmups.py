@@ -110,4 +110,6 @@ def test_warmups_leave_nothing_to_compile_on_a_gpu():
     from conftest import script_result
     out = script_result(SCRIPT, {}, "cuda", "bfloat16", "false")
     _check(out)
-    assert out["warm_compiles"] == 11 and out["compiles_after"] == 0, out
+    assert out["compiles_after"] == 0, out
+    # one compile a call, and one more: the first norm backward also launches the column sums of its dw partials
+    assert out["warm_compiles"] == out["calls"] + 1 == 12, out
