@@ -131,11 +131,13 @@ def device_arch(device=None) -> str:
 @dataclass(frozen=True)
 class Extension:
     """One torch extension: its name's prefix, what it is (for messages), its sources as
-    () -> (C++ sources, CUDA sources), and the functions it exports to Python."""
+    () -> (C++ sources, CUDA sources), the functions it exports to Python, and the libraries it
+    links beyond torch's as () -> (include dirs, linker flags), asked at build time only."""
     prefix: str
     what: str
     sources: Callable[[], tuple[list[str], list[str]]]
     functions: tuple
+    libraries: Callable[[], tuple[list[str], list[str]]] = lambda: ([], [])
 
     @property
     def needs_nvcc(self) -> bool:
@@ -235,9 +237,10 @@ def load(verbose: bool = False, ext: Extension = KERNELS):
 def _build(name: str, arch: str, build_dir: Path, verbose: bool, ext: Extension):
     from torch.utils.cpp_extension import load_inline
     cpp, cu = ext.sources()
+    includes, ldflags = ext.libraries()
     kwargs = dict(name=name, cpp_sources=cpp, cuda_sources=cu, functions=list(ext.functions), with_cuda=True,
-                  extra_cflags=["-O3"], extra_cuda_cflags=cuda_flags(arch),
-                  build_directory=str(build_dir), verbose=verbose)
+                  extra_cflags=["-O3"], extra_cuda_cflags=cuda_flags(arch), extra_include_paths=includes,
+                  extra_ldflags=ldflags, build_directory=str(build_dir), verbose=verbose)
     if "no_implicit_headers" in inspect.signature(load_inline).parameters:
         kwargs["no_implicit_headers"] = True  # keeps torch headers out of the .cu: much faster nvcc
     claim(build_dir)

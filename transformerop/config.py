@@ -44,6 +44,7 @@ Attention = choices("Attention", BACKENDS)
 Softmax = choices("Softmax", SOFTMAXES)
 DecodePath = choices("DecodePath", PATHS)
 Dtype = choices("Dtype", DTYPES)
+Gelu = choices("Gelu", ("erf", "tanh"))
 BenchTarget = choices("BenchTarget", ("matmul", "softmax", "attention", "forward", "train_step", "generate"))
 SlowPath = choices("SlowPath", ("none", "host_sync", "h2d_copy"))
 Logger = choices("Logger", ("wandb", "none"))
@@ -81,6 +82,11 @@ class ModelConfig:
     # the tied head and its cross-entropy as two Triton kernels (CUDA), forward and backward: the
     # logits are not written (a vocabulary of at most 256; a larger one keeps the plain head)
     fused_head: bool = False
+    # the MLP's GELU: erf (exact, F.gelu's default) or tanh (GPT-2's approximation)
+    gelu: Gelu = Gelu.erf
+    # c_fc's matmul and the gradient into its GELU on cuBLASLt with the GELU in their epilogues
+    # (kernels/cublaslt_mlp.cpp): no GELU pass of its own either way (CUDA, bf16; its GELU is tanh)
+    cublaslt_mlp: bool = False
 
 
 @dataclass

@@ -20,6 +20,11 @@ def check(cfg, device) -> None:
     from ..model import get_backend
 
     path = get_path(cfg.decode.name)
+    gelu = str(getattr(cfg.model, "gelu", "erf"))
+    if cfg.model.name == "gpt" and gelu not in path.gelus:
+        raise ValueError(f"decode={cfg.decode.name} computes the {' or '.join(path.gelus)} GELU in its kernels, "
+                         f"model.gelu={gelu}: use model.gelu={path.gelus[0]} or a path that runs the model's own "
+                         f"modules (decode={REFERENCE})")
     path.check(cfg, device)
     if cfg.model.name == "bigram" or not path.cached:  # a bigram's next token needs no cache
         return

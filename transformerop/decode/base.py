@@ -37,6 +37,7 @@ class DecodePath:
     compiled = False  # one decode step goes through torch.compile(mode="reduce-overhead")
     runs = False  # run(out, t, noise, temperature, top_k, n): n steps in one call (the loop hands it
     # every step up to the window's end; it samples and advances t itself)
+    gelus = ("erf", "tanh")  # the model.gelu forms it computes: a path running the model's modules, any
 
     def __init__(self, model, batch_size: int, dcfg=None):
         self.model, self.batch_size = model, batch_size

@@ -14,6 +14,7 @@ SAMPLE_KERNELS = 4  # index the noise, add, argmax, write the token and advance
 
 class Fused(Static):
     graphed = True
+    gelus = ("erf",)  # its MLP kernel computes the exact GELU
 
     def __init__(self, model, batch_size, dcfg=None):
         super().__init__(model, batch_size, dcfg)

@@ -63,7 +63,7 @@ def reference_attend(q, k, v, mask=None):
 def float64_model(model):
     """A float64 eval-mode copy whose attention runs reference_attend, not the backend, and
     whose residual adds, LayerNorms, MLPs, embeddings and head are PyTorch's, not model.fused_norm's,
-    model.fused_mlp's, model.dense_embedding_grad's or model.fused_head's."""
+    model.fused_mlp's, model.cublaslt_mlp's, model.dense_embedding_grad's or model.fused_head's."""
     ref = copy.deepcopy(model).double().eval()
     if getattr(ref, "fused_norm", False):
         ref.fused_norm = False
@@ -72,7 +72,7 @@ def float64_model(model):
     if getattr(ref, "fused_head", False):
         ref.fused_head = False
     for block in getattr(ref, "blocks", []):
-        block.mlp.fused = False
+        block.mlp.fused = block.mlp.cublaslt = False
         if hasattr(block.attn, "attend"):
             block.attn.attend = reference_attend  # instance attribute shadows the backend's method
     return ref

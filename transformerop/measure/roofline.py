@@ -37,7 +37,7 @@ class GPTShape:
     attention_kernels: int = 1  # kernels one layer's attention launches eagerly, without dropout
     attention_kernels_dropout: int = 1  # ... with attention dropout
     fused_norm: bool = False  # model.fused_norm: residual add + dropout + LayerNorm as one kernel
-    fused_mlp: bool = False  # model.fused_mlp: GELU in the MLP matmul's epilogue, each way
+    fused_mlp: bool = False  # model.fused_mlp or model.cublaslt_mlp: GELU in the MLP matmul's epilogue, each way
 
 
 def shape_of(model_cfg, vocab_size: int, backend=None) -> GPTShape:
@@ -51,7 +51,7 @@ def shape_of(model_cfg, vocab_size: int, backend=None) -> GPTShape:
                      attention_kernels_dropout=backend.kernels_per_layer(m.n_head, True))
     return GPTShape(m.n_layer, m.n_head, m.n_embd, m.block_size, vocab_size, bool(m.bias), float(m.dropout),
                     m.name, fused_norm=bool(getattr(m, "fused_norm", False)),
-                    fused_mlp=bool(getattr(m, "fused_mlp", False)), **extra)
+                    fused_mlp=bool(getattr(m, "fused_mlp", False) or getattr(m, "cublaslt_mlp", False)), **extra)
 
 
 def dtype_bytes(dtype_name: str) -> int:

@@ -8,7 +8,9 @@ computes each MLP's GELU inside its matmul kernels (kernels/triton_mlp.py), forw
 model.dense_embedding_grad takes both embeddings' gradients as dense sums (OneHotGrad below).
 model.stream_dtype=bfloat16 keeps the residual stream in bf16 under autocast (fp32 otherwise).
 model.fused_head computes a training or evaluation loss as the tied head and its cross-entropy in
-Triton kernels (kernels/triton_head.py): the logits are not returned then (None)."""
+Triton kernels (kernels/triton_head.py): the logits are not returned then (None). model.gelu picks
+the MLP's GELU (erf or tanh); model.cublaslt_mlp (tanh) runs each MLP's GELU inside cuBLASLt's
+matmuls (kernels/cublaslt_mlp.py), forward and backward."""
 import math
 
 import torch
@@ -50,13 +52,18 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
         self.fused = bool(getattr(cfg, "fused_mlp", False))
+        self.cublaslt = bool(getattr(cfg, "cublaslt_mlp", False))
+        self.approximate = "tanh" if str(getattr(cfg, "gelu", "erf")) == "tanh" else "none"
 
     def body(self, x):
         """The MLP before its residual dropout (model.fused_norm applies that in the next kernel)."""
         if self.fused:
             from kernels.triton_mlp import fused_mlp
             return fused_mlp(x, self.c_fc, self.c_proj)
-        return self.c_proj(F.gelu(self.c_fc(x)))
+        if self.cublaslt and x.is_cuda:
+            from kernels.cublaslt_mlp import mlp
+            return mlp(x, self.c_fc, self.c_proj)
+        return self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate))
 
     def forward(self, x):
         return self.dropout(self.body(x))
@@ -115,6 +122,12 @@ class GPT(nn.Module):
         if str(getattr(cfg.model, "stream_dtype", "float32")) == "bfloat16" and cfg.train.dtype != "bfloat16":
             raise ConfigError("model.stream_dtype=bfloat16 is the residual stream under bf16 autocast: needs "
                               "train.dtype=bfloat16 (or model.stream_dtype=float32)")
+        m = cfg.model
+        if str(getattr(m, "gelu", "erf")) == "tanh" and getattr(m, "fused_mlp", False):
+            raise ConfigError("model.fused_mlp=true computes the erf GELU in its kernels: needs model.gelu=erf "
+                              "(or model.fused_mlp=false)")
+        if getattr(m, "cublaslt_mlp", False):
+            cls._check_cublaslt_mlp(cfg, device)
         if getattr(cfg.model, "fused_mlp", False) and cfg.model.n_embd % 8:  # TMA rows: 16-byte aligned
             raise ConfigError(f"model.n_embd={cfg.model.n_embd}: model.fused_mlp=true needs a multiple of 8 "
                               "(its kernels load rows through TMA); use model.fused_mlp=false or another width")
@@ -126,6 +139,24 @@ class GPT(nn.Module):
             if interpret and cfg.train.dtype == "bfloat16":
                 raise BackendUnavailable(f"{fused[0]} in bf16 needs a GPU: the Triton interpreter has "
                                          "no bf16; use train.dtype=float32 there")
+
+    @staticmethod
+    def _check_cublaslt_mlp(cfg, device) -> None:
+        m, why = cfg.model, None
+        if str(m.gelu) != "tanh":
+            why = "computes cuBLASLt's GELU, the tanh form: needs model.gelu=tanh"
+        elif m.bias:
+            why = "has no bias in its epilogues: needs model.bias=false"
+        elif cfg.train.dtype != "bfloat16":
+            why = f"runs bf16 matmuls: needs train.dtype=bfloat16 (got {cfg.train.dtype})"
+        elif m.fused_mlp:
+            why = "and model.fused_mlp=true are two ways to run one MLP: pick one"
+        elif m.n_embd % 8:  # cuBLASLt's aux: a leading dimension of a multiple of 8
+            why = f"needs model.n_embd to be a multiple of 8 (got {m.n_embd})"
+        if why:
+            raise ConfigError(f"model.cublaslt_mlp=true {why} (or model.cublaslt_mlp=false)")
+        from kernels.cublaslt_mlp import require
+        require(device)
 
     @staticmethod
     def kernel_warmups(cfg, device) -> list:
@@ -145,6 +176,9 @@ class GPT(nn.Module):
         if m.fused_mlp:
             from kernels.triton_mlp import warmups
             calls += warmups(m.n_embd, m.bias, compute, device)
+        if getattr(m, "cublaslt_mlp", False):  # not Triton: the extension's build or load, the handle
+            from kernels.cublaslt_mlp import warmups
+            calls += warmups(m.n_embd, device)
         if m.fused_head:  # the head reads ln_f's output in autocast's dtype (fp32 without autocast)
             from kernels.triton_head import warmups
             calls += warmups(m.n_embd, compute, device)

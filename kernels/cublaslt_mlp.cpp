@@ -1,0 +1,225 @@
+// The MLP's two GELU matmuls on cuBLASLt with the GELU in their epilogues (model.cublaslt_mlp):
+//   forward   g, h = GELU_AUX(x W1^T): c_fc's matmul writes the activation g and keeps h, its input
+//   backward  dh = DGELU(dy W2, h):    the gradient into g times GELU'(h), in the matmul that makes it
+// so neither GELU pass reads or writes its (M, 4C) tensors on its own. cuBLASLt's GELU is the tanh
+// form. A row-major (R, S) buffer is the column-major (S, R) matrix cuBLAS sees, so both calls
+// compute the transposed products: forward D = h^T (N x M) = W1 (stored K x N, op T) x^T (K x M);
+// backward D = dh^T = W2^T (stored N x C, op N) dy^T (C x M); the aux (h) has D's layout.
+// All operands bf16 (fp32 accumulation); K, N, C multiples of 8 and pointers 16-byte aligned
+// (cuBLASLt's leading-dimension rule for the aux).
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace lt {
+
+struct Key {
+  int device, epilogue, transa, transb;
+  int64_t m, n, k, lda, ldb, ldd, ldaux;
+  int alA, alB, alD, alAux;
+  bool operator==(const Key& o) const { return std::memcmp(this, &o, sizeof(Key)) == 0; }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const {  // FNV-1a over the POD bytes
+    const unsigned char* p = reinterpret_cast<const unsigned char*>(&k);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(Key); ++i) { h ^= p[i]; h *= 1099511628211ull; }
+    return (size_t)h;
+  }
+};
+static_assert(sizeof(Key) == 88, "Key must have no padding (memcmp/hash)");
+struct Plan { cublasLtMatmulAlgo_t algo; size_t ws; };
+
+static std::mutex g_mu;
+static std::unordered_map<Key, Plan, KeyHash>& cache() {
+  static auto* c = new std::unordered_map<Key, Plan, KeyHash>();  // leaked on purpose
+  return *c;
+}
+size_t cache_size() { std::lock_guard<std::mutex> l(g_mu); return cache().size(); }
+
+static int align_of(const void* p) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int al = 256;
+  while (al > 1 && (a % (uintptr_t)al) != 0) al >>= 1;
+  return al;
+}
+
+// RAII holders so an early return never leaks descriptors.
+struct Desc { cublasLtMatmulDesc_t d = nullptr; ~Desc() { if (d) cublasLtMatmulDescDestroy(d); } };
+struct Lay { cublasLtMatrixLayout_t d = nullptr; ~Lay() { if (d) cublasLtMatrixLayoutDestroy(d); } };
+struct Pref { cublasLtMatmulPreference_t d = nullptr; ~Pref() { if (d) cublasLtMatmulPreferenceDestroy(d); } };
+
+#define LT_TRY(x) do { cublasStatus_t s_ = (x); if (s_ != CUBLAS_STATUS_SUCCESS) return s_; } while (0)
+
+// D(m x n, col-major, ld ldd) = epilogue(op(A) op(B)), aux (m x n, ld ldaux) is written
+// (GELU_AUX) or read (DGELU). Returns CUBLAS_STATUS_NOT_SUPPORTED if no algorithm exists.
+cublasStatus_t gemm_epilogue(cublasLtHandle_t handle, cudaStream_t stream, int device,
+                             void* ws, size_t ws_bytes, cublasLtEpilogue_t epi,
+                             cublasOperation_t ta, cublasOperation_t tb,
+                             int64_t m, int64_t n, int64_t k,
+                             const void* A, int64_t lda, const void* B, int64_t ldb,
+                             void* D, int64_t ldd, void* aux, int64_t ldaux) {
+  const cudaDataType_t bf16 = CUDA_R_16BF;
+  Desc op;
+  LT_TRY(cublasLtMatmulDescCreate(&op.d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  LT_TRY(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  LT_TRY(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  LT_TRY(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  LT_TRY(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  LT_TRY(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof(ldaux)));
+  int32_t aux_type = (int32_t)bf16;  // default (-1) would also mean "type of D" = bf16
+  LT_TRY(cublasLtMatmulDescSetAttribute(op.d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
+
+  // Layouts describe the matrices as stored (before op): A is (m x k) or, transposed, (k x m).
+  Lay a, b, d;
+  LT_TRY(cublasLtMatrixLayoutCreate(&a.d, bf16, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+  LT_TRY(cublasLtMatrixLayoutCreate(&b.d, bf16, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+  LT_TRY(cublasLtMatrixLayoutCreate(&d.d, bf16, m, n, ldd));  // also used for C (beta = 0)
+
+  Key key{device, (int)epi, (int)ta, (int)tb, m, n, k, lda, ldb, ldd, ldaux,
+          align_of(A), align_of(B), align_of(D), align_of(aux)};
+  Plan plan;
+  bool hit = false;
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    auto it = cache().find(key);
+    if (it != cache().end()) { plan = it->second; hit = true; }
+  }
+  if (!hit) {
+    Pref pref;
+    LT_TRY(cublasLtMatmulPreferenceCreate(&pref.d));
+    uint64_t wsz = ws_bytes;
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsz, sizeof(wsz)));
+    uint32_t al[4] = {(uint32_t)key.alA, (uint32_t)key.alB, (uint32_t)key.alD, (uint32_t)key.alD};
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof(uint32_t)));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof(uint32_t)));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof(uint32_t)));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(pref.d, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], sizeof(uint32_t)));
+    // (the aux pointer's alignment is read from its value in the descriptor; it is in the key)
+    cublasLtMatmulHeuristicResult_t res;
+    std::memset(&res, 0, sizeof(res));
+    int returned = 0;
+    LT_TRY(cublasLtMatmulAlgoGetHeuristic(handle, op.d, a.d, b.d, d.d, d.d, pref.d, 1, &res, &returned));
+    if (returned == 0 || res.state != CUBLAS_STATUS_SUCCESS) return CUBLAS_STATUS_NOT_SUPPORTED;
+    plan.algo = res.algo;
+    plan.ws = res.workspaceSize;
+    std::lock_guard<std::mutex> l(g_mu);
+    cache().emplace(key, plan);
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasLtMatmul(handle, op.d, &alpha, A, a.d, B, b.d, &beta, D, d.d, D, d.d,
+                        &plan.algo, ws, ws_bytes, stream);
+}
+
+// x (M,K), w1 (N,K) row-major -> g (M,N) = gelu_tanh(h), h (M,N) = x w1^T. Row-major outputs.
+cublasStatus_t up_gelu_aux(cublasLtHandle_t h, cudaStream_t s, int dev, void* ws, size_t wsb,
+                           const void* x, const void* w1, void* g, void* pre,
+                           int64_t M, int64_t N, int64_t K) {
+  return gemm_epilogue(h, s, dev, ws, wsb, CUBLASLT_EPILOGUE_GELU_AUX, CUBLAS_OP_T, CUBLAS_OP_N,
+                       /*m*/N, /*n*/M, /*k*/K, w1, /*lda*/K, x, /*ldb*/K, g, /*ldd*/N, pre, /*ldaux*/N);
+}
+
+// dy (M,C), w2 (C,N), pre (M,N) row-major -> dh (M,N) = (dy w2) * gelu_tanh'(pre).
+cublasStatus_t dgelu(cublasLtHandle_t h, cudaStream_t s, int dev, void* ws, size_t wsb,
+                     const void* dy, const void* w2, const void* pre, void* dh,
+                     int64_t M, int64_t N, int64_t C) {
+  return gemm_epilogue(h, s, dev, ws, wsb, CUBLASLT_EPILOGUE_DGELU, CUBLAS_OP_N, CUBLAS_OP_N,
+                       /*m*/N, /*n*/M, /*k*/C, w2, /*lda*/N, dy, /*ldb*/C, dh, /*ldd*/N,
+                       const_cast<void*>(pre), /*ldaux*/N);
+}
+
+}  // namespace lt
+
+// The torch side: operands checked, outputs allocated, the handle and workspace made once a device.
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <vector>
+
+namespace {
+constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLAS recommends 32 MiB on Hopper
+
+struct DevState { cublasLtHandle_t handle = nullptr; at::Tensor* ws = nullptr; };
+std::mutex g_state_mu;
+DevState g_state[64];  // handles/workspaces are leaked on purpose (no teardown-order issues)
+
+DevState& state_for(int dev, cudaStream_t stream) {
+  TORCH_CHECK(dev >= 0 && dev < 64, "device index out of range");
+  std::lock_guard<std::mutex> l(g_state_mu);
+  DevState& st = g_state[dev];
+  if (st.handle == nullptr) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    TORCH_CHECK(cudaStreamIsCapturing(stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone,
+                "cublaslt_mlp: the first call on a device must happen outside CUDA graph capture "
+                "(it creates the cuBLASLt handle and the workspace)");
+    cublasLtHandle_t h = nullptr;
+    cublasStatus_t s = cublasLtCreate(&h);
+    TORCH_CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasLtCreate: ", cublasLtGetStatusString(s));
+    st.ws = new at::Tensor(at::empty({(int64_t)kWorkspaceBytes},
+                                     at::TensorOptions().dtype(at::kByte).device(at::kCUDA, dev)));
+    st.handle = h;
+  }
+  return st;
+}
+
+void check_operand(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
+  TORCH_CHECK(t.scalar_type() == at::kBFloat16, name, " must be bfloat16");
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
+}
+
+void check_status(cublasStatus_t s, const char* what) {
+  TORCH_CHECK(s != CUBLAS_STATUS_NOT_SUPPORTED, what,
+              ": cuBLASLt found no algorithm for this epilogue/shape/alignment");
+  TORCH_CHECK(s == CUBLAS_STATUS_SUCCESS, what, ": ", cublasLtGetStatusString(s));
+}
+}  // namespace
+
+std::vector<at::Tensor> mlp_up_gelu(const at::Tensor& x, const at::Tensor& w1) {
+  check_operand(x, "x"); check_operand(w1, "w1");
+  TORCH_CHECK(w1.dim() == 2 && x.dim() >= 2, "x (..., K), w1 (N, K)");
+  const int64_t K = x.size(-1), N = w1.size(0), M = x.numel() / K;
+  TORCH_CHECK(w1.size(1) == K, "w1 must be (N, K) with K = x.size(-1)");
+  TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8");
+  TORCH_CHECK(x.get_device() == w1.get_device(), "x and w1 on different devices");
+  c10::cuda::CUDAGuard guard(x.device());
+  auto sizes = x.sizes().vec();
+  sizes.back() = N;
+  at::Tensor g = at::empty(sizes, x.options());
+  at::Tensor h = at::empty(sizes, x.options());
+  if (M == 0) return {g, h};
+  const int dev = x.get_device();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
+  DevState& st = state_for(dev, stream);
+  check_status(lt::up_gelu_aux(st.handle, stream, dev, st.ws->data_ptr(), kWorkspaceBytes,
+                                   x.data_ptr(), w1.data_ptr(), g.data_ptr(), h.data_ptr(), M, N, K),
+               "mlp_up_gelu (GELU_AUX)");
+  return {g, h};
+}
+
+at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tensor& h) {
+  check_operand(dy, "dy"); check_operand(w2, "w2"); check_operand(h, "h");
+  TORCH_CHECK(w2.dim() == 2 && dy.dim() >= 2, "dy (..., C), w2 (C, N)");
+  const int64_t C = dy.size(-1), N = w2.size(1), M = dy.numel() / C;
+  TORCH_CHECK(w2.size(0) == C, "w2 must be (C, N) with C = dy.size(-1)");
+  TORCH_CHECK(h.size(-1) == N && h.numel() == M * N, "h must be (..., N) matching dy's leading dims");
+  TORCH_CHECK(C % 8 == 0 && N % 8 == 0, "C and N must be multiples of 8");
+  TORCH_CHECK(dy.get_device() == w2.get_device() && dy.get_device() == h.get_device(), "device mismatch");
+  c10::cuda::CUDAGuard guard(dy.device());
+  at::Tensor dh = at::empty(h.sizes(), h.options());
+  if (M == 0) return dh;
+  const int dev = dy.get_device();
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
+  DevState& st = state_for(dev, stream);
+  check_status(lt::dgelu(st.handle, stream, dev, st.ws->data_ptr(), kWorkspaceBytes,
+                             dy.data_ptr(), w2.data_ptr(), h.data_ptr(), dh.data_ptr(), M, N, C),
+               "mlp_dgelu (DGELU)");
+  return dh;
+}
+
+int64_t plan_count() { return (int64_t)lt::cache_size(); }
+int64_t cublaslt_version() { return (int64_t)cublasLtGetVersion(); }
