@@ -8,6 +8,7 @@ time 10-20x within seconds there, CPU time they do not.
 `pytest -m gpu` runs the CUDA tests on the device."""
 import dataclasses
 import logging
+import math
 import time
 
 import pytest
@@ -242,8 +243,9 @@ def test_profile_cpu_phases_trace_and_top_ops(tmp_path, cal_dir, one_thread):
                             "train.batch_size=16", "bench.rep_ms=300", "bench.warmup_ms=10")
     assert res["status"] == "ok", res["error"]
     m = res["metrics"]
-    for phase in ("forward", "backward", "optimizer", "step"):  # differences of medians: long enough runs
-        assert m[f"{phase}_ms"] is not None and m[f"{phase}_synced_ms"] > 0, (phase, m)
+    for phase in ("forward", "backward", "optimizer", "step"):  # each reported; no sign asserted: a synced
+        # phase is a difference of medians, which a loaded CPU can push below zero (a timing, not a check)
+        assert m[f"{phase}_ms"] is not None and math.isfinite(m[f"{phase}_synced_ms"]), (phase, m)
     assert m["sync_over_one"] > 0 and "train_step" in res["timings"]
     assert (tmp_path / "prof" / "trace.json").stat().st_size > 1000
     ops = res["tables"]["top_ops"]
