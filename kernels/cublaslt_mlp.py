@@ -8,6 +8,7 @@ the forward matmul writes g and h in one pass (GELU_AUX) and the backward's writ
 weight gradients and dx stay plain cuBLAS matmuls. cuBLASLt's GELU is the tanh form, so the model
 must be built with model.gelu=tanh: the same function as its eager path then.
 """
+import functools
 import glob
 import os
 from pathlib import Path
@@ -43,6 +44,12 @@ EXTENSION = cuda_build.Extension("tfo_cublaslt_mlp", "the cuBLASLt GELU matmuls"
                                  ("mlp_up_gelu", "mlp_dgelu", "plan_count", "cublaslt_version"), _cublaslt)
 
 
+@functools.cache
+def _ext():
+    """The built extension, looked up once (not under cuda_build's lock on every call)."""
+    return cuda_build.load(ext=EXTENSION)
+
+
 def require(device=None) -> None:
     """BackendUnavailable, one line naming what is missing, unless the extension can be built and run."""
     cuda_build.require_cuda("model.cublaslt_mlp=true (cuBLASLt's GELU epilogues)", device, EXTENSION)
@@ -55,9 +62,8 @@ class CublasLtGeluMLP(torch.autograd.Function):
     @staticmethod
     @torch.amp.custom_fwd(device_type="cuda", cast_inputs=torch.bfloat16)
     def forward(ctx, x, w1, w2):
-        ext = cuda_build.load(ext=EXTENSION)
         x, w1, w2 = x.contiguous(), w1.contiguous(), w2.contiguous()
-        g, h = ext.mlp_up_gelu(x, w1)
+        g, h = _ext().mlp_up_gelu(x, w1)
         ctx.save_for_backward(x, w1, w2, g, h)
         return g @ w2.t()
 
@@ -65,11 +71,10 @@ class CublasLtGeluMLP(torch.autograd.Function):
     @torch.amp.custom_bwd(device_type="cuda")
     def backward(ctx, dy):
         x, w1, w2, g, h = ctx.saved_tensors
-        ext = cuda_build.load(ext=EXTENSION)
         dy = dy.to(w2.dtype).contiguous()
         rows = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
         dw2 = rows(dy).t() @ rows(g) if ctx.needs_input_grad[2] else None
-        dh = ext.mlp_dgelu(dy, w2, h)  # (dy w2) * GELU'(h), in the matmul's epilogue
+        dh = _ext().mlp_dgelu(dy, w2, h)  # (dy w2) * GELU'(h), in the matmul's epilogue
         dw1 = rows(dh).t() @ rows(x) if ctx.needs_input_grad[1] else None
         dx = dh @ w1 if ctx.needs_input_grad[0] else None
         return dx, dw1, dw2
@@ -85,8 +90,6 @@ def warmups(C: int, device) -> list:
     builds or loads the extension and makes this device's cuBLASLt handle and workspace, so neither
     waits for the first step (or falls inside a CUDA-graph capture)."""
     def call():
-        x = torch.zeros(16, C, dtype=torch.bfloat16, device=device)
-        w1, w2 = torch.zeros(4 * C, C, dtype=torch.bfloat16, device=device), torch.zeros(C, 4 * C, dtype=torch.bfloat16,
-                                                                                          device=device)
-        CublasLtGeluMLP.apply(x, w1, w2)
+        zeros = lambda *shape: torch.zeros(*shape, dtype=torch.bfloat16, device=device)  # noqa: E731
+        CublasLtGeluMLP.apply(zeros(16, C), zeros(4 * C, C), zeros(C, 4 * C))
     return [call]

@@ -56,6 +56,20 @@ def small_graphed_trainer(tmp_path, name: str, *overrides):
     return Trainer(cfg, build_model(cfg, data.tokenizer.vocab_size), data, dev, tmp_path / name)
 
 
+def lever_kernels_and_losses(tmp_path, lever: str, *overrides) -> tuple[dict, dict, dict]:
+    """small_graphed_trainer with `lever` false, then true (both with `overrides`): each run's
+    trainer, kernels a step (5 profiled after 3 warm-up steps) and 60 losses after them."""
+    from transformerop.measure.profiler import kernel_profile
+    trainers, counts, losses = {}, {}, {}
+    for on in (False, True):
+        tr = trainers[on] = small_graphed_trainer(tmp_path, f"{on}.pt", *overrides, f"{lever}={str(on).lower()}")
+        for s in range(3):
+            tr.train_step(s)
+        counts[on] = kernel_profile(lambda: [tr.train_step(3 + i) for i in range(5)], 5)["kernels"]
+        losses[on] = torch.stack([tr.train_step(8 + i).clone() for i in range(60)]).float().cpu()
+    return trainers, counts, losses
+
+
 def interpreted(script: str, timeout: int = 900) -> dict:
     """Run `script` in a fresh Python under TRITON_INTERPRET=1 (Triton reads the variable when it
     is imported, so this process cannot switch) and return the `KEY value` lines it printed."""

@@ -168,15 +168,7 @@ def test_gpu_replays_in_a_cuda_graph_without_new_plans():
 def test_gpu_graphed_step_trains_like_the_eager_tanh_mlp(tmp_path):
     """One GELU kernel fewer each way a layer in the captured step, and the same training (not bit
     for bit: cuBLASLt's epilogue rounds h and g as the eager pass does, its products differ)."""
-    from conftest import small_graphed_trainer
-
-    from transformerop.measure.profiler import kernel_profile
-    counts, losses = {}, {}
-    for on in (False, True):
-        tr = small_graphed_trainer(tmp_path, f"{on}.pt", "model.gelu=tanh", f"model.cublaslt_mlp={str(on).lower()}")
-        for s in range(3):
-            tr.train_step(s)
-        counts[on] = kernel_profile(lambda: [tr.train_step(3 + i) for i in range(5)], 5)["kernels"]
-        losses[on] = torch.stack([tr.train_step(8 + i).clone() for i in range(60)]).float().cpu()
+    from conftest import lever_kernels_and_losses
+    _, counts, losses = lever_kernels_and_losses(tmp_path, "model.cublaslt_mlp", "model.gelu=tanh")
     assert counts[False] - counts[True] >= 2 * 2 - 1, counts  # 2 layers: their GELU forward and backward kernels
     assert abs(losses[True][-20:].mean() - losses[False][-20:].mean()) < 0.05, (losses[True][-20:], losses[False][-20:])

@@ -123,17 +123,9 @@ def test_graphed_step_drops_the_casts_and_trains_alike(tmp_path):
     """In the captured step the two casts a weight become two multi-tensor copies, and training
     follows the run without masters (not bit for bit on the GPU: the fused norm's column sums and
     the attention's backward add in varying order)."""
-    from conftest import small_graphed_trainer
-
-    from transformerop.measure.profiler import kernel_profile
-    counts, losses, n_held = {}, {}, 0
-    for on in (False, True):
-        tr = small_graphed_trainer(tmp_path, f"{on}.pt", "model.fused_norm=true", f"train.master_weights={str(on).lower()}")
-        for s in range(3):
-            tr.train_step(s)
-        counts[on] = kernel_profile(lambda: [tr.train_step(3 + i) for i in range(5)], 5)["kernels"]
-        losses[on] = torch.stack([tr.train_step(8 + i).clone() for i in range(60)]).float().cpu()
-        n_held = len(tr.masters.params) if on else n_held
+    from conftest import lever_kernels_and_losses
+    trainers, counts, losses = lever_kernels_and_losses(tmp_path, "train.master_weights", "model.fused_norm=true")
+    n_held = len(trainers[True].masters.params)
     # each held weight loses its forward cast and its gradient's cast back; the copies add <= 4 launches
     assert counts[False] - counts[True] >= 2 * n_held - 4, (counts, n_held)
     assert abs(losses[True][-20:].mean() - losses[False][-20:].mean()) < 0.05, (losses[True][-20:], losses[False][-20:])

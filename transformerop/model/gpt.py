@@ -149,8 +149,6 @@ class GPT(nn.Module):
             why = "has no bias in its epilogues: needs model.bias=false"
         elif cfg.train.dtype != "bfloat16":
             why = f"runs bf16 matmuls: needs train.dtype=bfloat16 (got {cfg.train.dtype})"
-        elif m.fused_mlp:
-            why = "and model.fused_mlp=true are two ways to run one MLP: pick one"
         elif m.n_embd % 8:  # cuBLASLt's aux: a leading dimension of a multiple of 8
             why = f"needs model.n_embd to be a multiple of 8 (got {m.n_embd})"
         if why:
