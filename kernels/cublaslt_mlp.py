@@ -80,8 +80,19 @@ class CublasLtGeluMLP(torch.autograd.Function):
         return dx, dw1, dw2
 
 
+def runs_in_bf16(x) -> bool:
+    """Whether the MLP's matmuls on x run in bf16: x is bf16, or autocast casts its matmuls to bf16.
+    Anything else (a float32 forward outside autocast, as a prefill after training makes) takes the
+    eager tanh MLP, the same function: the epilogues here are bf16 only."""
+    kind = x.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind) == torch.bfloat16
+    return x.dtype == torch.bfloat16
+
+
 def mlp(x, c_fc, c_proj):
-    """The MLP body (before its residual dropout) for bias-free Linears c_fc, c_proj."""
+    """The MLP body (before its residual dropout) for bias-free Linears c_fc, c_proj; x on a GPU,
+    its matmuls in bf16 (runs_in_bf16)."""
     return CublasLtGeluMLP.apply(x, c_fc.weight, c_proj.weight)
 
 

@@ -79,6 +79,19 @@ def test_refused_in_one_line_before_any_work(tmp_path):
         assert needle in line, (args, line)
 
 
+def test_takes_the_epilogues_only_where_the_matmuls_run_in_bf16():
+    """A float32 forward outside autocast (the prefill of the sample after training) must take the
+    eager tanh MLP: the extension takes bf16 only."""
+    from kernels.cublaslt_mlp import runs_in_bf16
+    x = torch.randn(2, 8)
+    assert not runs_in_bf16(x)
+    assert runs_in_bf16(x.bfloat16())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert runs_in_bf16(x)
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert not runs_in_bf16(x) and not runs_in_bf16(x.bfloat16())
+
+
 def test_needs_cuda_in_one_line():
     from kernels import cublaslt_mlp
     from transformerop.model.attention import BackendUnavailable
@@ -144,6 +157,20 @@ def test_gpu_matches_float64(M, C):
     ref = mlp64(x.detach(), w1.detach(), w2.detach(), dy)
     errs = [_rel(t, r) for t, r in zip((y, x.grad, w1.grad, w2.grad), ref)]
     assert max(errs) < 1.5e-2, errs  # bf16 operands and outputs
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_float32_forward_outside_autocast_is_the_eager_tanh_mlp():
+    from transformerop.model.gpt import MLP
+    torch.manual_seed(0)
+    cfg = dict(n_embd=64, bias=False, dropout=0.0, gelu="tanh")
+    lt = MLP(OmegaConf.create(dict(cfg, cublaslt_mlp=True))).cuda()
+    x = torch.randn(3, 5, 64, device="cuda")
+    ref = mlp64(x, lt.c_fc.weight.detach(), lt.c_proj.weight.detach(), torch.zeros_like(x))[0]
+    assert (lt(x).reshape(-1, 64).double() - ref).abs().max() < 1e-4  # float32 (TF32 off by default)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        assert _rel(lt(x).reshape(-1, 64), ref) < 1.5e-2
 
 
 @pytest.mark.gpu

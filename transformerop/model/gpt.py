@@ -61,8 +61,9 @@ class MLP(nn.Module):
             from kernels.triton_mlp import fused_mlp
             return fused_mlp(x, self.c_fc, self.c_proj)
         if self.cublaslt and x.is_cuda:
-            from kernels.cublaslt_mlp import mlp
-            return mlp(x, self.c_fc, self.c_proj)
+            from kernels import cublaslt_mlp
+            if cublaslt_mlp.runs_in_bf16(x):
+                return cublaslt_mlp.mlp(x, self.c_fc, self.c_proj)
         return self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate))
 
     def forward(self, x):
