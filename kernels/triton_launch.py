@@ -1,8 +1,9 @@
 """Launching a Triton kernel with little host work: these attention kernels take µs on the GPU,
 and on the H200 host Python's launch path took longer than that (experiments/results/h200-2026-11-30/notes_triton.md).
 
-First call per tuning key: the autotuner picks a config (it times each, then launches the best).
-Later calls: that config. The first of those goes through the JIT, which compiles or finds the
+First call per tuning key: the config kernels/triton_tuned.json ships for this GPU's
+architecture, else the autotuner's pick (it times each, then launches the best). Later calls: that
+config. The first of those goes through the JIT, which compiles or finds the
 kernel and hands back the CompiledKernel; from then on the CompiledKernel is launched directly,
 skipping the JIT's argument binding and cache lookup. A compiled kernel is specialized on its
 arguments (16-byte aligned pointers, ints divisible by 16 or equal to 1), so it is cached under
@@ -14,11 +15,13 @@ import logging
 
 import torch
 
+from . import triton_tuned
+
 log = logging.getLogger(__name__)
 
 fast = True  # direct CompiledKernel launches; tests compare them with the JIT path
 fallback_error = None  # why direct launches were switched off (recorded in results.json; the GPU suite fails on it)
-stats = {"direct": 0, "jit": 0, "tuned": 0}
+stats = {"direct": 0, "jit": 0, "tuned": 0, "shipped": 0}
 _tuned = {}  # tuning key -> chosen config (BLOCK_M, BLOCK_N, num_warps, num_stages)
 _compiled = {}  # (tuning key, argument signature) -> CompiledKernel
 # (config, CompiledKernel) of the latest launch, None while tuning: the C++ launcher adopts it
@@ -36,6 +39,9 @@ def launch(kernel, grid, key, force, args, consts):
     kernel's parameter order, before the tuned BLOCK_M, BLOCK_N). grid(cfg) -> (x, y)."""
     global fast, fallback_error, last_launch
     cfg = force or _tuned.get(key)
+    if cfg is None and (cfg := triton_tuned.lookup(key)) is not None:
+        _tuned[key] = cfg
+        stats["shipped"] += 1
     last_launch = (cfg, None)
     if cfg is None:
         kernel[grid](*args, **consts)
