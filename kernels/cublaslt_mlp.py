@@ -41,7 +41,7 @@ def _cublaslt() -> tuple[list[str], list[str]]:
 
 
 EXTENSION = cuda_build.Extension("tfo_cublaslt_mlp", "the cuBLASLt GELU matmuls", lambda: ([SOURCE.read_text()], []),
-                                 ("mlp_up_gelu", "mlp_dgelu", "plan_count", "cublaslt_version"), _cublaslt)
+                                 ("mlp_up_gelu", "mlp_dgelu", "plan_count", "plans", "cublaslt_version"), _cublaslt)
 
 
 @functools.cache
