@@ -11,7 +11,7 @@ of the tied weight and of its gradient: about ten small kernels a step, the cros
             lse - z[target]; each program writes its loss sum and its count of scored rows, and
             the loss is their ratio (two small reductions, no atomics: the same every run)
   backward  z again, g = (softmax(z) - onehot(target)) * dloss / count, dx = g W, and g itself
-            (tokens x V, x's dtype) for dW = g^T x, a matmul cut along the tokens (model/split_k.py)
+            (tokens x V, x's dtype) for one cuBLAS matmul dW = g^T x
 
 so the logits never reach memory. The logits stay fp32 where the unfused path rounds them to bf16
 (a slightly different rounding, not the same arithmetic). Targets of -1 are not scored (addition's
@@ -20,8 +20,6 @@ character vocabularies; a larger one keeps the unfused head (GPT.fused_head)."""
 import torch
 import triton
 import triton.language as tl
-
-from transformerop.model.split_k import at_b
 
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 
@@ -120,7 +118,7 @@ def _backward(x, w, tgt, lse, scale):
     g = torch.empty(n, V, dtype=x.dtype, device=x.device)
     _head_bwd[(triton.cdiv(n, BLOCK_M),)](x, w, tgt, lse, scale, dx, g, n, C, V, BLOCK_M=BLOCK_M, VP=vocab_tile(V),
                                           BK=BK, PREC=_prec(x.dtype), num_warps=WARPS, num_stages=STAGES)
-    return dx, at_b(g, x).to(w.dtype)
+    return dx, (g.t() @ x).to(w.dtype)
 
 
 class HeadLossFn(torch.autograd.Function):

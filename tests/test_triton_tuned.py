@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+
 from conftest import ROOT, script_result
 
 KEY = ("fwd", torch.device("cpu"), torch.bfloat16, 256, 256, 512, 64, True, "tf32", True)

@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ..runtime import interpreting, torch_dtype
 from .attention import BackendUnavailable, get_backend
-from .split_k import at_b
 
 
 class OneHotGrad(torch.autograd.Function):
@@ -43,7 +42,7 @@ class OneHotGrad(torch.autograd.Function):
         # the one-hot written in g's dtype at once (a memset and a scatter: no int64 copy to cast);
         # no id is checked against the rows on the host, so a CUDA graph captures it
         one_hot = torch.zeros(g.shape[0], ctx.rows, dtype=g.dtype, device=g.device).scatter_(1, idx.reshape(-1, 1), 1.0)
-        return None, at_b(one_hot, g)
+        return None, one_hot.t() @ g
 
 
 class MLP(nn.Module):
