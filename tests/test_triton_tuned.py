@@ -11,7 +11,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import ROOT, script_result
 
 KEY = ("fwd", torch.device("cpu"), torch.bfloat16, 256, 256, 512, 64, True, "tf32", True)
