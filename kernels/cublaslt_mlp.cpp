@@ -35,7 +35,7 @@ struct KeyHash {
 static_assert(sizeof(Key) == 88, "Key must have no padding (memcmp/hash)");
 // rank: the chosen algorithm's place in cuBLASLt's heuristic order; us, us_first: its median time
 // and the heuristic's first choice's where they were timed (0 where not: inside a capture)
-struct Plan { cublasLtMatmulAlgo_t algo; size_t ws; int rank; float us, us_first; Key key; };
+struct Plan { cublasLtMatmulAlgo_t algo; size_t ws; int rank, candidates; float us, us_first; Key key; };
 
 static std::mutex g_mu;
 static std::unordered_map<Key, Plan, KeyHash>& cache() {
@@ -62,7 +62,7 @@ struct Desc { cublasLtMatmulDesc_t d = nullptr; ~Desc() { if (d) cublasLtMatmulD
 struct Lay { cublasLtMatrixLayout_t d = nullptr; ~Lay() { if (d) cublasLtMatrixLayoutDestroy(d); } };
 struct Pref { cublasLtMatmulPreference_t d = nullptr; ~Pref() { if (d) cublasLtMatmulPreferenceDestroy(d); } };
 
-constexpr int kCandidates = 8;
+constexpr int kCandidates = 32;
 
 // Median time (us, CUDA events) of 5 calls of one candidate after an untimed one; +inf if it fails.
 static float median_us(cublasLtHandle_t handle, cudaStream_t stream, cublasLtMatmulDesc_t op,
@@ -166,6 +166,7 @@ cublasStatus_t gemm_epilogue(cublasLtHandle_t handle, cudaStream_t stream, int d
     plan.algo = res[best].algo;
     plan.ws = res[best].workspaceSize;
     plan.rank = best;
+    plan.candidates = (int)ok.size();
     plan.us = best_us;
     plan.us_first = first_us;
     plan.key = key;
@@ -286,11 +287,12 @@ at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tenso
 
 int64_t plan_count() { return (int64_t)lt::cache_size(); }
 
-// Each plan made: (epilogue, m, n, k, heuristic rank chosen, its median us, the first choice's us).
-std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, double, double>> plans() {
-  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, double, double>> out;
+// Each plan made: (epilogue, m, n, k, heuristic rank chosen, candidates timed, its median us, the first
+// choice's us).
+std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>> plans() {
+  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>> out;
   for (const auto& p : lt::plans())
-    out.emplace_back(p.key.epilogue, p.key.m, p.key.n, p.key.k, p.rank, p.us, p.us_first);
+    out.emplace_back(p.key.epilogue, p.key.m, p.key.n, p.key.k, p.rank, p.candidates, p.us, p.us_first);
   return out;
 }
 int64_t cublaslt_version() { return (int64_t)cublasLtGetVersion(); }

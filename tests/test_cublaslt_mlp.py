@@ -161,6 +161,23 @@ def test_gpu_matches_float64(M, C):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_plans_keep_the_fastest_timed_candidate():
+    from kernels.cublaslt_mlp import CublasLtGeluMLP, _ext
+    M, C = 4096, 256
+    x = torch.randn(M, C, device="cuda").bfloat16().requires_grad_()
+    w1 = (torch.randn(4 * C, C, device="cuda") / 16).bfloat16().requires_grad_()
+    w2 = (torch.randn(C, 4 * C, device="cuda") / 32).bfloat16().requires_grad_()
+    CublasLtGeluMLP.apply(x, w1, w2).backward(torch.randn(M, C, device="cuda").bfloat16())
+    mine = [p for p in _ext().plans() if p[1:4] == (4 * C, M, C)]  # (m, n, k) as cuBLASLt sees them
+    assert len(mine) == 2, _ext().plans()  # GELU_AUX and DGELU at this shape
+    for epilogue, *_, rank, candidates, us, us_first in mine:
+        assert 0 <= rank < candidates, (epilogue, rank, candidates)
+        if candidates > 1:  # timed: the kept one is no slower than the heuristic's first choice
+            assert 0 < us <= us_first, (epilogue, us, us_first)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_float32_forward_outside_autocast_is_the_eager_tanh_mlp():
     from transformerop.model.gpt import MLP
     torch.manual_seed(0)
