@@ -74,7 +74,7 @@ def test_the_attention_launches_the_shipped_config_of_its_own_section(tmp_path, 
 
 
 def test_tuning_refuses_a_bad_shape_in_one_line():
-    p = subprocess.run([sys.executable, "-m", "kernels.triton_tuned", "64,6,256"], cwd=ROOT, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "kernels.tune_attention", "64,6,256"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 2 and "shape '64,6,256': give B,H,T,D as four positive integers" in p.stderr, p.stderr
 
