@@ -3,8 +3,8 @@
 The attention kernels are autotuned per key (kernels/triton_launch.py), and Triton keeps a choice
 on disk, but only on the machine that made it: the first process on a fresh machine compiles and
 times every candidate (on the H100 the speedrun's first process with our Triton attention spent
-~61 s in its capture doing so). This table holds, per GPU architecture (sm_90 for the H100 and H200: the same
-SMs and shared memory), the config the autotuner chose for each key, so such a process compiles
+~61 s in its capture doing so). This table holds, per GPU architecture (sm_90 for the H100 and
+H200: the same SMs and shared memory), the config the autotuner chose for each key, so such a process compiles
 one config per key and launches it. A key not in the table is tuned as before.
 
 The table is written by kernels/tune_attention.py, which tunes on the GPU and merges the winners
@@ -12,13 +12,10 @@ in here (other entries kept). This module imports no kernel: the launcher reads 
 """
 import functools
 import json
-import logging
 import os
 from pathlib import Path
 
 import torch
-
-log = logging.getLogger(__name__)
 
 TABLE = Path(__file__).with_name("triton_tuned.json")
 enabled = True  # off while tuning (the autotuner must run) and in tests that need it to

@@ -4,14 +4,11 @@ Run on a CUDA machine from this folder:  python3 check_gpu.py [--M 16384 --K 384
 """
 import argparse
 import math
-import os
-import sys
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import proto  # noqa: E402
+import proto  # the script's own folder is first on sys.path
 
 S2PI, A = math.sqrt(2.0 / math.pi), 0.044715
 

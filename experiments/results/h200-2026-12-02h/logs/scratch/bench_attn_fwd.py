@@ -1,6 +1,7 @@
 """Forward-attention A/B on the GPU: our kernel (autotuned) vs variants (TMA descriptor loads, the next
 block's scores issued before this block's softmax) vs SDPA, bf16 causal, B 64 x H 6. Each variant is
-checked against SDPA first, then timed with do_bench at each of its configs; prints the best per variant."""
+checked against SDPA first, then timed with do_bench at each of its configs; prints the best per variant.
+Run from the project root with PYTHONPATH=. (kernels/ imported as the package)."""
 import sys
 
 import torch
@@ -9,9 +10,8 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-sys.path.insert(0, ".")
-from kernels import triton_attention as TA  # noqa: E402
-from kernels.triton_attention_kernels import FWD_CONFIGS  # noqa: E402
+from kernels import triton_attention as TA
+from kernels.triton_attention_kernels import FWD_CONFIGS
 
 triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
