@@ -101,6 +101,11 @@ def test_bad_input_gets_one_line_before_any_run_dir(tmp_path):
         ("data=shakespeare", f"data.cache_dir={corrupt}"): "is corrupt: sha256",
         ("train.resume=/nonexistent/ckpt.pt",): "train.resume=/nonexistent/ckpt.pt: no such checkpoint file",
         ("model.fused_mlp=true", "model.n_embd=36", "model.n_head=6"): "model.n_embd=36: model.fused_mlp=true needs",
+        ("attention=triton", "model.n_embd=120", "model.n_head=3"):
+            "attention=triton has kernels for head dims [16, 32, 64, 128], not model.n_embd / model.n_head = 120/3 = 40",
+        ("task=generate", "model.block_size=16", "decode.keep=17"): "decode.keep=17 > model.block_size=16",
+        ("task=bench", "bench.target=train_step", "bench.seq_len=40"):
+            "bench.seq_len=40: bench.target=train_step trains on the data's own windows",
     }
     for args, needle in cases.items():
         run_dir = tmp_path / "run"
@@ -179,3 +184,36 @@ def test_text_training_without_a_sample(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     r = results(run_dir)
     assert r["status"] == "ok" and r["metrics"]["steps"] == 2 and "sample:" not in p.stdout
+
+
+def _text_data(tmp_path, text: str) -> list:
+    """Overrides that train on `text` as a text data file of the test's own."""
+    import hashlib
+    (tmp_path / "text.txt").write_text(text, encoding="utf-8")
+    return ["data=shakespeare", "model=gpt", f"data.cache_dir={tmp_path}", "data.file=text.txt", "data.url=null",
+            f"data.sha256={hashlib.sha256(text.encode()).hexdigest()}", "model.n_layer=1", "model.n_embd=32",
+            "model.n_head=2", "model.block_size=16", "train.max_iters=2", "train.eval_interval=2",
+            "train.eval_iters=1", "train.batch_size=2", "train.progress=false", "logger=none"]
+
+
+def test_text_without_a_newline_samples_from_its_first_character(tmp_path):
+    """The end-of-training sample's prompt is a newline; a text without one starts from its first
+    character instead of failing after the training."""
+    run_dir = tmp_path / "run"
+    p = run_cli(*_text_data(tmp_path, "abcde fghij. " * 200), "train.sample_tokens=5", f"hydra.run.dir={run_dir}")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert results(run_dir)["status"] == "ok"
+
+
+def test_a_vocabulary_the_decode_path_cannot_sample_is_refused_before_training(tmp_path):
+    """decode=persistent samples a row of logits in one program (at most 4,096): a 5,000-character
+    text is refused in one line as soon as the data is read, before any training step."""
+    text = "".join(chr(0x4E00 + i) for i in range(5000)) * 2
+    run_dir = tmp_path / "run"
+    p = run_cli(*_text_data(tmp_path, text), "task=generate", "decode=persistent", "train.dtype=float32",
+                f"hydra.run.dir={run_dir}", env={"TRITON_INTERPRET": "1"})
+    assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    lines = [line for line in p.stderr.splitlines() if line.strip()]
+    assert lines[-1] == ("error: decode=persistent samples a whole row of logits inside its kernels: vocabulary 5000 "
+                         "> 4096; use a decode path that samples outside them (decode=static_graph, decode=compiled)")
+    assert not (run_dir / "ckpt.pt").exists() and "step 0" not in p.stdout

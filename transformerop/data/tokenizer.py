@@ -1,5 +1,9 @@
 """Character-level tokenizer: one id per distinct character, sorted so ids are stable."""
+import logging
+
 import torch
+
+log = logging.getLogger(__name__)
 
 
 class CharTokenizer:
@@ -28,6 +32,14 @@ class CharTokenizer:
         if len(bad):
             raise ValueError(f"character {text[bad[0].item()]!r} is not in the vocabulary {self.chars!r}")
         return ids
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """A sampling prompt's ids: the default prompt, a newline, on a text without one starts
+        from the first character instead (any other prompt must be in the vocabulary)."""
+        if prompt == "\n" and "\n" not in self.stoi:
+            log.info(f"prompt: '\\n' is not in the vocabulary {self.chars[:40]!r}...; starting from {self.chars[0]!r}")
+            return [0]
+        return self.encode(prompt)
 
     def decode(self, ids) -> str:
         if isinstance(ids, torch.Tensor):

@@ -25,6 +25,10 @@ def check(cfg, device) -> None:
         raise ValueError(f"decode={cfg.decode.name} computes the {' or '.join(path.gelus)} GELU in its kernels, "
                          f"model.gelu={gelu}: use model.gelu={path.gelus[0]} or a path that runs the model's own "
                          f"modules (decode={REFERENCE})")
+    keep, W = getattr(cfg.decode, "keep", None), getattr(cfg.model, "block_size", None)
+    if keep is not None and W is not None and keep > W:
+        raise ValueError(f"decode.keep={keep} > model.block_size={W}: the window restarts on at most block_size "
+                         f"tokens; set decode.keep between 1 and {W} (or leave it unset: block_size // 2)")
     path.check(cfg, device)
     if cfg.model.name == "bigram" or not path.cached:  # a bigram's next token needs no cache
         return

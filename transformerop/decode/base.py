@@ -8,7 +8,7 @@ report; nothing else keeps a list of path names."""
 
 import torch
 
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, ConfigError
 from ..runtime import interpreting
 
 
@@ -38,6 +38,7 @@ class DecodePath:
     runs = False  # run(out, t, noise, temperature, top_k, n): n steps in one call (the loop hands it
     # every step up to the window's end; it samples and advances t itself)
     gelus = ("erf", "tanh")  # the model.gelu forms it computes: a path running the model's modules, any
+    max_vocab = None  # the largest vocabulary its kernels sample from (None: any)
 
     def __init__(self, model, batch_size: int, dcfg=None):
         self.model, self.batch_size = model, batch_size
@@ -69,6 +70,15 @@ class DecodePath:
         """Raise ValueError (cannot work) or BackendUnavailable (cannot run here) before any work."""
         if cls.graphed and torch.device(device).type != "cuda":
             raise BackendUnavailable(f"decode={cfg.decode.name} needs CUDA (it replays a CUDA graph per token)")
+
+    @classmethod
+    def check_vocab(cls, name: str, vocab_size: int) -> None:
+        """Raise ConfigError for a vocabulary its kernels cannot sample from: called as soon as the
+        vocabulary is known (the data or the checkpoint), before any training or decoding."""
+        if cls.max_vocab is not None and vocab_size > cls.max_vocab:
+            raise ConfigError(f"decode={name} samples a whole row of logits inside its kernels: vocabulary "
+                              f"{vocab_size} > {cls.max_vocab}; use a decode path that samples outside them "
+                              f"(decode=static_graph, decode=compiled)")
 
     @classmethod
     def kernels_per_token(cls, shape, bf16: bool) -> int:

@@ -59,6 +59,7 @@ def phase_times(bufs, names, programs: int) -> tuple[dict, dict, int, float]:
 class Persistent(Static):
     runs = True  # the loop hands it every step up to the window's end: one launch
     gelus = ("erf",)  # its MLP phase computes the exact GELU
+    max_vocab = MAX_VOCAB
 
     def __init__(self, model, batch_size, dcfg=None):
         super().__init__(model, batch_size, dcfg)
@@ -67,9 +68,7 @@ class Persistent(Static):
         cfg, dev = model.cfg, model_device(model)
         dt = next(model.parameters()).dtype
         C, H, L, V, W = cfg.n_embd, cfg.n_head, cfg.n_layer, model.vocab_size, model.block_size
-        if V > MAX_VOCAB:
-            raise ValueError(f"decode=persistent samples a whole row of logits in one program: vocabulary "
-                             f"{V} > {MAX_VOCAB}; use a decode path that samples outside its kernels")
+        self.check_vocab("persistent", V)
         self.shape = {"NB": batch_size, "C": C, "H": H, "L": L, "V": V, "W_CACHE": W}
         self.stack_caches()
         blocks = model.blocks

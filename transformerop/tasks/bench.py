@@ -63,6 +63,10 @@ def check(cfg, device) -> None:
                          "use bench.target=forward")
     if b.target in ("forward", "generate") and b.seq_len and b.seq_len > cfg.model.block_size:
         raise ValueError(f"bench.seq_len={b.seq_len} exceeds model.block_size={cfg.model.block_size}")
+    if b.target == "train_step" and b.seq_len:
+        raise ValueError(f"bench.seq_len={b.seq_len}: bench.target=train_step trains on the data's own windows "
+                         "(model.block_size for text, the problem's length for addition); drop bench.seq_len "
+                         "and set model.block_size")
     if b.target == "generate":
         decode.check(cfg, device)
     if b.target == "train_step":  # train.cuda_graph needs CUDA: skipped with that reason, not a crash
@@ -92,7 +96,10 @@ def run(cfg) -> dict:
     cal = calibration.load(device)
     ctx = Ctx(cfg, device, cfg.train.dtype, torch_dtype(cfg.train.dtype), B, T, cal)
     data = build_data(cfg, device) if cfg.bench.target in MODEL_TARGETS else None
-    log.info(f"bench {cfg.bench.target}: B={B} T={T} dtype={cfg.train.dtype} attention={cfg.attention.name} "
+    shape = f"B={B} T={'the data windows' if cfg.bench.target == 'train_step' else T}"
+    if cfg.bench.target == "softmax":
+        shape = f"rows={cfg.bench.rows or B * cfg.model.n_head * T} cols={cfg.bench.cols or T}"
+    log.info(f"bench {cfg.bench.target}: {shape} dtype={cfg.train.dtype} attention={cfg.attention.name} "
           f"device={device}; ceilings for {cal['device_name']}: {cal['source']} ({cal['path']})")
     cases = SETUPS[cfg.bench.target](ctx, data)
 

@@ -46,8 +46,11 @@ def needs_data(cfg) -> bool:
 def load_model(cfg, device, tracker):
     """(model, tokenizer, metrics): from generate.checkpoint, refused if its shape differs from the
     config's, or trained in this job."""
+    def check_vocab(vocab_size):  # before any training: the path's kernels may not take this vocabulary
+        get_path(cfg.decode.name).check_vocab(cfg.decode.name, vocab_size)
+
     if not cfg.generate.checkpoint:
-        trainer, data, metrics = train_model(cfg, device, tracker)
+        trainer, data, metrics = train_model(cfg, device, tracker, check_vocab)
         return trainer.trained_model(), data.tokenizer, metrics
     path = Path(cfg.generate.checkpoint).expanduser()
     chars = checkpoint.load(path).get("signature", {}).get("chars")  # the vocabulary travels with it
@@ -55,19 +58,12 @@ def load_model(cfg, device, tracker):
         raise checkpoint.CheckpointError(f"checkpoint {path} has no tokenizer characters in its signature: "
                                          "give a checkpoint written by task=train")
     tokenizer = CharTokenizer(chars)
+    check_vocab(tokenizer.vocab_size)
     state = checkpoint.load(path, checkpoint.model_signature(cfg.model, tokenizer.vocab_size, tokenizer.chars))
     model = build_model(cfg, tokenizer.vocab_size)
     model.load_state_dict(state["model"])
     log.info(f"loaded {path} (step {state.get('step', '?')})")
     return model.to(device), tokenizer, {"checkpoint_step": int(state.get("step", -1))}
-
-
-def encode_prompt(tokenizer, prompt: str) -> list:
-    if prompt == "\n" and "\n" not in tokenizer.stoi:  # the schema default, on a vocabulary without it
-        log.info(f"generate.prompt: '\\n' is not in the vocabulary {tokenizer.chars!r}; starting from "
-                 f"{tokenizer.chars[0]!r}")
-        return [0]
-    return tokenizer.encode(prompt)
 
 
 def decoder_for(model, cfg, batch_size: int, total_len: int, temperature: float, top_k=None) -> Decoder:
@@ -88,7 +84,7 @@ def run(cfg) -> dict:
     g, path = cfg.generate, cfg.decode.name
     model, tokenizer, metrics = load_model(cfg, device, tracker)
     seed_everything(cfg.seed)
-    prompt = torch.tensor([encode_prompt(tokenizer, g.prompt)], device=device).repeat(g.batch_size, 1)
+    prompt = torch.tensor([tokenizer.encode_prompt(g.prompt)], device=device).repeat(g.batch_size, 1)
 
     def seeded():
         return torch.Generator(device=device).manual_seed(cfg.seed)

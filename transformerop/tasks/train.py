@@ -63,11 +63,14 @@ def check(cfg, device):
     _resume_setting(t.resume)
 
 
-def train_model(cfg, device, tracker):
-    """Shared by tasks that need a trained model: returns (trainer, data, metrics)."""
+def train_model(cfg, device, tracker, check_vocab=None):
+    """Shared by tasks that need a trained model: returns (trainer, data, metrics). check_vocab(V):
+    the caller's check of the data's vocabulary, run before the model is built."""
     job_dir = Path(HydraConfig.get().runtime.output_dir)
     seed_everything(cfg.seed)
     data = build_data(cfg, device)
+    if check_vocab is not None:
+        check_vocab(data.tokenizer.vocab_size)
     clock.mark("data")
     model = build_model(cfg, data.tokenizer.vocab_size, device)
     trainer = Trainer(cfg, model, data, device, job_dir / "ckpt.pt", tracker)
@@ -143,7 +146,7 @@ def run(cfg) -> dict:
             metrics.update(val_loss=final["val_loss"], bits_per_char=final["bits_per_char"])
         samples = []
         if cfg.train.sample_tokens:  # 0: no sample
-            prompt = torch.tensor([data.tokenizer.encode("\n")], device=device)
+            prompt = torch.tensor([data.tokenizer.encode_prompt("\n")], device=device)
             gen = torch.Generator(device=device).manual_seed(cfg.seed)
             with trainer.full_precision() as model:
                 out = generate(model, prompt, cfg.train.sample_tokens, temperature=1.0, generator=gen)

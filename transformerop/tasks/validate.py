@@ -1,8 +1,9 @@
 """task=validate: every attention backend's validation variants (model/attention: each class
 declares its own, such as CUDA versions or softmax kernels) x dtype x (forward, backward)
-against a float64 reference on fresh random inputs, at the seed shape and odd ones (head dim
-128, sequences past block_size), within the backend's tolerance for its precision; then every
-decode path against the reference path (decode/parity.py). Outputs are poisoned with NaN before
+against a float64 reference on fresh random inputs, at the seed shape, odd ones (head dim
+128, sequences past block_size) and the configured model's own heads, within the backend's tolerance for its precision; then every
+decode path against the reference path (decode/parity.py) on a two-layer model of the
+configured width and heads. Outputs are poisoned with NaN before
 each run so an unwritten element fails. Prints a table; the job fails if any row fails."""
 import logging
 
@@ -78,27 +79,40 @@ def _check_module(module, B, H, T, D, dtype, device, gen):
     return rel_err(out.detach(), r.detach()), rel_err(dx, rx)
 
 
+def _refusal(backend, cfg, device) -> str | None:
+    """Why backend cannot serve cfg on device (its check's first line), or None."""
+    try:
+        backend.check(cfg, device)
+    except (BackendUnavailable, ValueError) as e:
+        return str(e).splitlines()[0]
+    return None
+
+
 def run(cfg) -> dict:
     tracker = tracking.current()
     device = pick_device(cfg.device)
     shapes = SHAPES if device.type == "cuda" else CPU_SHAPES
+    # the configured model's own heads too (model.n_embd / n_head at its block_size): a shape the
+    # user asked about is validated, or its refusal is a row of its own
+    m = cfg.model
+    model_shape = (2, m.n_head, m.block_size, m.n_embd // m.n_head) if m.name == "gpt" else None
+    log.info(f"attention shapes (B, H, T, D): {shapes}" + (f" and the model's {model_shape}" if model_shape else ""))
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
     rows = []
     for label, acfg in variants():
         for dtype_name in ("float32", "bfloat16"):
-            reason, backend = None, get_backend(acfg["name"])
+            backend = get_backend(acfg["name"])
             row_cfg = _row_cfg(cfg, acfg, dtype_name, 6, 64)
-            try:
-                backend.check(row_cfg, device)
-            except (BackendUnavailable, ValueError) as e:
-                reason = str(e).splitlines()[0]
+            reason = _refusal(backend, row_cfg, device)
             if reason:
                 rows.append([label, dtype_name, "-", "-", "-", "-", f"skipped: {reason}"])
                 continue
+            own = model_shape and _refusal(backend, _row_cfg(cfg, acfg, dtype_name, model_shape[1], model_shape[3]),
+                                           device)
             dtype = torch.float32 if dtype_name == "float32" else torch.bfloat16
             tol = backend.tolerance(backend.precision(dtype_name, row_cfg.attention, device))
             errs = []  # (fwd, bwd, shape) per shape
-            for (B, H, T, D) in shapes:
+            for (B, H, T, D) in shapes + ([model_shape] if model_shape and not own else []):
                 mcfg = _row_cfg(cfg, acfg, dtype_name, H, D)
                 module = backend(mcfg.model, mcfg.attention).to(device)
                 check = _check_one if hasattr(module, "attend") else _check_module
@@ -110,6 +124,8 @@ def run(cfg) -> dict:
             rows.append([label, dtype_name, f"{worst_f:.2e}", f"{worst_b:.2e}", f"{tol:g}", str(worst_shape),
                          "pass" if ok else "FAIL"])
             log.info(f"{label} {dtype_name}: {rows[-1][-1]} (fwd {worst_f:.2e}, bwd {worst_b:.2e}, tolerance {tol:g})")
+            if own:
+                rows.append([label, dtype_name, "-", "-", "-", str(model_shape), f"skipped: {own}"])
     rows += _decode_rows(cfg, device)
     n_fail = sum(r[-1] == "FAIL" for r in rows)
     cols = ["backend", "dtype", "fwd max rel err", "bwd max rel err", "tolerance", "worst shape", "result"]
@@ -131,7 +147,9 @@ def _decode_rows(cfg, device) -> list:
     from ..decode import PATHS, REFERENCE, Decoder, check
     from ..decode.parity import parity
     from ..measure.reference import Mismatch
-    mcfg = OmegaConf.merge(cfg, {"model": {"name": "gpt", "n_layer": 2, "n_head": 4, "n_embd": 64,
+    gpt = cfg.model.name == "gpt"  # the configured GPT's width and heads, two layers
+    C, H = (cfg.model.n_embd, cfg.model.n_head) if gpt else (64, 4)
+    mcfg = OmegaConf.merge(cfg, {"model": {"name": "gpt", "n_layer": 2, "n_head": H, "n_embd": C,
                                            "block_size": 32, "dropout": 0.0}, "attention": {"name": REF_BACKEND},
                                  "train": {"dtype": "float32"}})
     torch.manual_seed(cfg.seed)
@@ -156,7 +174,7 @@ def _decode_rows(cfg, device) -> list:
                 err, result, tol = f"{p['parity_rel_logit_diff']:.2e}", "pass", f"{p['parity_tolerance']:g}{same}"
             except Mismatch as e:
                 err, result, tol = str(e)[:60], "FAIL", "-"
-            rows.append([f"decode={path}", dtype, err, "-", tol, "(3, 5+70, W=32)", result])
+            rows.append([f"decode={path}", dtype, err, "-", tol, f"(3, 5+70, W=32, C={C}, H={H})", result])
     return rows
 
 

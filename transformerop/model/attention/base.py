@@ -11,7 +11,7 @@ autograd's split (a copy, and no Python in their backward). `mask` is None for p
 
 Everything the rest of the tool needs to know about a backend is a class attribute or class
 method here, overridden where it differs: dtypes, precision, cache and mask support, backward
-kind, whether it materializes the T x T scores (the roofline's bytes), kernels per layer (the
+kind, head dims, whether it materializes the T x T scores (the roofline's bytes), kernels per layer (the
 prediction's launch term), its validation variants and tolerance. validate, predict, bench,
 decode and the report ask the class; nothing else keeps a list of backend names.
 """
@@ -77,6 +77,7 @@ class CausalSelfAttention(nn.Module):
     # the backward returns the q, k, v gradients as views of one (B, T, 3, H, D) buffer when they are
     # SplitHeads' views (packed_strides): training then splits the heads through SplitHeads
     packed_grads = False
+    head_dims = None  # the head dims (n_embd / n_head) its kernels are built for; None: any
 
     def __init__(self, mcfg, acfg):
         super().__init__()
@@ -119,6 +120,12 @@ class CausalSelfAttention(nn.Module):
         if cfg.train.dtype not in cls.dtypes:
             raise ValueError(f"attention={cfg.attention.name} supports train.dtype in {cls.dtypes}, "
                              f"not {cfg.train.dtype!r}")
+        m = cfg.model
+        if cls.head_dims is not None and getattr(m, "n_layer", 1) > 0 and m.n_embd % m.n_head == 0 \
+                and m.n_embd // m.n_head not in cls.head_dims:
+            raise ValueError(f"attention={cfg.attention.name} has kernels for head dims {list(cls.head_dims)}, not "
+                             f"model.n_embd / model.n_head = {m.n_embd}/{m.n_head} = {m.n_embd // m.n_head}: "
+                             f"change model.n_head or use attention=sdpa")
 
     def forward(self, x, cache=None):
         return self.resid_dropout(self.branch(x, cache))

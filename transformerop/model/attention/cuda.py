@@ -61,6 +61,7 @@ class CudaAttention(CausalSelfAttention):
     supports_cache = True
     accepts_mask = False  # causal only: no masked preallocated caches
     backward = "reference"
+    head_dims = HEAD_DIMS
 
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
@@ -76,10 +77,6 @@ class CudaAttention(CausalSelfAttention):
         super().check(cfg, device)  # dtype
         if cfg.attention.version not in VERSIONS:
             raise ValueError(f"attention.version={cfg.attention.version}: the cuda ladder has versions {VERSIONS}")
-        m = cfg.model
-        if getattr(m, "n_layer", 1) > 0 and m.n_embd % m.n_head == 0 and m.n_embd // m.n_head not in HEAD_DIMS:
-            raise ValueError(f"attention=cuda supports head dims {HEAD_DIMS}, "
-                             f"not {m.n_embd // m.n_head} (model.n_embd / model.n_head)")
         from kernels.cuda_build import require_cuda
         require_cuda("attention=cuda", device)
 

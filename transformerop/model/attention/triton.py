@@ -49,6 +49,7 @@ class TritonAttention(CausalSelfAttention):
     forwards = ("tl", "gluon")  # attention.forward: this backend's forward kernels
     dq_modes = ("query_tiles", "atomic")  # attention.dq: how its backward gets dQ
     packed_grads = True  # kernels/triton_attention.py's _grads_like
+    head_dims = (16, 32, 64, 128)  # kernels/triton_attention.py's tiles: a power of two, 16 to 128
 
     def __init__(self, mcfg, acfg):
         super().__init__(mcfg, acfg)
