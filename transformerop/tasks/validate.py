@@ -2,9 +2,10 @@
 declares its own, such as CUDA versions or softmax kernels) x dtype x (forward, backward)
 against a float64 reference on fresh random inputs, at the seed shape, odd ones (head dim
 128, sequences past block_size) and the configured model's own heads, within the backend's
-tolerance for its precision; then every decode path against the reference path (decode/parity.py) on a two-layer model of the
-configured width and heads. Outputs are poisoned with NaN before
-each run so an unwritten element fails. Prints a table; the job fails if any row fails."""
+tolerance for its precision; then every decode path against the reference path
+(decode/parity.py) on a two-layer model of the configured width and heads. Outputs are poisoned
+with NaN before each run so an unwritten element fails. Prints a table; the job fails if any row
+fails."""
 import logging
 
 import torch
