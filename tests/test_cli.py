@@ -215,5 +215,5 @@ def test_a_vocabulary_the_decode_path_cannot_sample_is_refused_before_training(t
     assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
     lines = [line for line in p.stderr.splitlines() if line.strip()]
     assert lines[-1] == ("error: decode=persistent samples a whole row of logits inside its kernels: vocabulary 5000 "
-                         "> 4096; use a decode path that samples outside them (decode=static_graph, decode=compiled)")
+                         "> 4096; use a decode path that samples outside them")
     assert not (run_dir / "ckpt.pt").exists() and "step 0" not in p.stdout

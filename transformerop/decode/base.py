@@ -77,8 +77,7 @@ class DecodePath:
         vocabulary is known (the data or the checkpoint), before any training or decoding."""
         if cls.max_vocab is not None and vocab_size > cls.max_vocab:
             raise ConfigError(f"decode={name} samples a whole row of logits inside its kernels: vocabulary "
-                              f"{vocab_size} > {cls.max_vocab}; use a decode path that samples outside them "
-                              f"(decode=static_graph, decode=compiled)")
+                              f"{vocab_size} > {cls.max_vocab}; use a decode path that samples outside them")
 
     @classmethod
     def kernels_per_token(cls, shape, bf16: bool) -> int:

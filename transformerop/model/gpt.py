@@ -40,12 +40,10 @@ class OneHotGrad(torch.autograd.Function):
         (idx,) = ctx.saved_tensors
         g = grad.reshape(-1, grad.shape[-1])
         # the one-hot written in g's dtype at once (a memset and a scatter: no int64 copy to cast);
-        # no id is checked against the rows on the host, so a CUDA graph captures it. Its columns
-        # are padded to a multiple of 8: a 65-column stride is not 16-byte aligned, and cuBLAS then
-        # falls back to a scalar (align1) kernel; the zero columns' rows of the product are dropped.
-        cols = -(-ctx.rows // 8) * 8
-        one_hot = torch.zeros(g.shape[0], cols, dtype=g.dtype, device=g.device).scatter_(1, idx.reshape(-1, 1), 1.0)
-        return None, (one_hot.t() @ g)[:ctx.rows]
+        # no id is checked against the rows on the host, so a CUDA graph captures it. (Columns padded
+        # to a 16-byte-aligned stride measured no faster on the H200: 72.7 µs at 65 columns, 72.8 at 68.)
+        one_hot = torch.zeros(g.shape[0], ctx.rows, dtype=g.dtype, device=g.device).scatter_(1, idx.reshape(-1, 1), 1.0)
+        return None, one_hot.t() @ g
 
 
 class MLP(nn.Module):

@@ -125,7 +125,7 @@ class CausalSelfAttention(nn.Module):
                 and m.n_embd // m.n_head not in cls.head_dims:
             raise ValueError(f"attention={cfg.attention.name} has kernels for head dims {list(cls.head_dims)}, not "
                              f"model.n_embd / model.n_head = {m.n_embd}/{m.n_head} = {m.n_embd // m.n_head}: "
-                             f"change model.n_head or use attention=sdpa")
+                             f"change model.n_head, or use a backend without that limit")
 
     def forward(self, x, cache=None):
         return self.resid_dropout(self.branch(x, cache))
