@@ -198,14 +198,9 @@ cublasStatus_t dgelu(cublasLtHandle_t h, cudaStream_t s, int dev, void* ws, size
 }  // namespace lt
 
 // The torch side: operands checked, outputs allocated, the handle and workspace made once a device.
-// An op library (TORCH_LIBRARY, loaded with torch.ops.load_library), not a pybind11 module: its
-// headers are ATen's core and c10's instead of torch/extension.h, so a fresh machine's build
-// parses ~4 s of headers instead of ~18 (g++ -fsyntax-only on each alone).
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
+#include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
 #include <vector>
 
 namespace {
@@ -292,22 +287,12 @@ at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tenso
 
 int64_t plan_count() { return (int64_t)lt::cache_size(); }
 
-// Each plan made, 8 numbers a plan (an op's schema has no tuple lists): epilogue, m, n, k, the
-// heuristic rank chosen, candidates timed, its median us, the first choice's us.
-std::vector<double> plans() {
-  std::vector<double> out;
+// Each plan made: (epilogue, m, n, k, heuristic rank chosen, candidates timed, its median us, the first
+// choice's us).
+std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>> plans() {
+  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>> out;
   for (const auto& p : lt::plans())
-    for (double v : {(double)p.key.epilogue, (double)p.key.m, (double)p.key.n, (double)p.key.k, (double)p.rank,
-                     (double)p.candidates, (double)p.us, (double)p.us_first})
-      out.push_back(v);
+    out.emplace_back(p.key.epilogue, p.key.m, p.key.n, p.key.k, p.rank, p.candidates, p.us, p.us_first);
   return out;
 }
 int64_t cublaslt_version() { return (int64_t)cublasLtGetVersion(); }
-
-TORCH_LIBRARY(tfo_cublaslt_mlp, m) {
-  m.def("mlp_up_gelu", &mlp_up_gelu);
-  m.def("mlp_dgelu", &mlp_dgelu);
-  m.def("plan_count", &plan_count);
-  m.def("plans", &plans);
-  m.def("cublaslt_version", &cublaslt_version);
-}

@@ -41,21 +41,13 @@ def _cublaslt() -> tuple[list[str], list[str]]:
 
 
 EXTENSION = cuda_build.Extension("tfo_cublaslt_mlp", "the cuBLASLt GELU matmuls", lambda: ([SOURCE.read_text()], []),
-                                 ("mlp_up_gelu", "mlp_dgelu", "plan_count", "plans", "cublaslt_version"), _cublaslt,
-                                 ops="tfo_cublaslt_mlp")
+                                 ("mlp_up_gelu", "mlp_dgelu", "plan_count", "plans", "cublaslt_version"), _cublaslt)
 
 
 @functools.cache
 def _ext():
     """The built extension, looked up once (not under cuda_build's lock on every call)."""
     return cuda_build.load(ext=EXTENSION)
-
-
-def plans() -> list[tuple]:
-    """Every cuBLASLt plan this process made: (epilogue, m, n, k, heuristic rank chosen, candidates
-    timed, median µs, the heuristic's first choice's µs), as cuBLASLt sees the product."""
-    flat = _ext().plans()
-    return [(*map(int, flat[i:i + 6]), *flat[i + 6:i + 8]) for i in range(0, len(flat), 8)]
 
 
 def require(device=None) -> None:
