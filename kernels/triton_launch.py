@@ -11,7 +11,9 @@ that same signature, computed here. If the direct launch ever fails (its calling
 triton-internal), it is switched off for the process with a warning, the JIT is used, and the
 job's results.json records why (triton_launch_fallback).
 """
+import contextlib
 import logging
+import threading
 
 import torch
 
@@ -26,6 +28,22 @@ _tuned = {}  # tuning key -> chosen config (BLOCK_M, BLOCK_N, num_warps, num_sta
 _compiled = {}  # (tuning key, argument signature) -> CompiledKernel
 # (config, CompiledKernel) of the latest launch, None while tuning: the C++ launcher adopts it
 last_launch = (None, None)
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def shipped_only():
+    """Inside (this thread): a launch whose key has no config yet is skipped, not autotuned (one
+    candidate alone, as under the interpreter, is launched: nothing to time). Warm-ups
+    run beside other threads' kernels, which would skew the tuner's timings; the job's own first
+    call tunes it instead."""
+    _local.shipped_only = True
+    try:
+        yield
+    finally:
+        _local.shipped_only = False
 
 
 def _signature(args) -> tuple:
@@ -43,6 +61,8 @@ def launch(kernel, grid, key, force, args, consts):
         _tuned[key] = cfg
         stats["shipped"] += 1
     last_launch = (cfg, None)
+    if cfg is None and getattr(_local, "shipped_only", False) and len(getattr(kernel, "configs", ())) > 1:
+        return
     if cfg is None:
         kernel[grid](*args, **consts)
         stats["tuned"] += 1

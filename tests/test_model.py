@@ -228,3 +228,36 @@ def test_only_a_backend_declaring_packed_grads_splits_heads_through_split_heads(
     g_packed, = torch.autograd.grad(y_packed.sum(), x)  # the stack fallback: SDPA's grads are not packed
     torch.testing.assert_close(g_packed, g_plain)
     assert get_backend("triton").packed_grads and not get_backend("sdpa").packed_grads
+
+
+def test_triton_attention_warmups_run_the_step_and_eval_shapes_and_draw_nothing_random():
+    """attention=triton's kernel warm-ups (made before a job's first step) run its forward and
+    backward at the train step's shape and its forward at the evaluation's, under the Triton
+    interpreter here, without touching torch's random state."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    code = (
+        "import torch\n"
+        "from conftest import make_cfg\n"
+        "from transformerop.model import kernel_warmups\n"
+        "cfg = make_cfg('attention=triton', 'model=gpt', 'model.n_layer=1', 'model.n_embd=32', 'model.n_head=2',\n"
+        "               'model.block_size=16', 'model.dropout=0.2', 'train.batch_size=2', 'train.eval_batch_size=3')\n"
+        "calls = kernel_warmups(cfg, torch.device('cpu'))\n"
+        "state = torch.get_rng_state()\n"
+        "from kernels import triton_attention as ta\n"
+        "seen = []\n"
+        "real = ta.attention\n"
+        "ta.attention = lambda q, k, v, **kw: seen.append((tuple(q.shape), q.stride(), kw.get('dropout_p', 0.0))) or real(q, k, v, **kw)\n"
+        "for call in calls:\n"
+        "    call()\n"
+        "assert torch.equal(state, torch.get_rng_state())\n"
+        "print(seen)\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # (B, H, T, D) as SplitHeads lays the heads out: views of one (B, T, 3, H, D) buffer
+    assert r.stdout.strip().splitlines()[-1] == str([((2, 2, 16, 16), (1536, 16, 96, 1), 0.2),
+                                                     ((3, 2, 16, 16), (1536, 16, 96, 1), 0.0)])

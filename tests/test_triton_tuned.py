@@ -100,3 +100,28 @@ def test_gpu_shipped_rows_launch_without_tuning_and_match_float64():
     s = s.masked_fill(torch.ones(tq, tk, dtype=torch.bool, device="cuda").triu(1 + tk - tq), float("-inf"))
     ref = torch.softmax(s, -1) @ v.double()
     assert (out.double() - ref).abs().max() < 2e-2
+
+
+def test_a_warm_up_launch_skips_a_key_that_would_need_tuning():
+    """triton_launch.shipped_only (the attention's warm-ups): an autotuned kernel with several
+    candidates and no config for its key is not launched (its timings would run beside other
+    warm-ups); one with a config, or a single candidate, is; outside, every launch runs."""
+    from kernels import triton_launch
+
+    class Tuned:  # stands in for a triton.autotune'd kernel: its candidates and its launches
+        def __init__(self, n):
+            self.configs, self.calls = [object()] * n, 0
+
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                self.calls += 1
+            return run
+
+    key = ("fwd", torch.device("cpu"), torch.float32, 3, 3, 3, 3, True, "ieee", False)  # in no table
+    several, one = Tuned(2), Tuned(1)
+    with triton_launch.shipped_only():
+        triton_launch.launch(several, lambda c: (1, 1), key, None, (), {})
+        triton_launch.launch(one, lambda c: (1, 1), key, None, (), {})
+    assert (several.calls, one.calls) == (0, 1)
+    triton_launch.launch(several, lambda c: (1, 1), key, None, (), {})
+    assert several.calls == 1

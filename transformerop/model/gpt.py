@@ -161,7 +161,8 @@ class GPT(nn.Module):
     @staticmethod
     def kernel_warmups(cfg, device) -> list:
         """Zero-argument calls launching, on tiny inputs, each Triton kernel a train step and an
-        evaluation of this model launch (model.fused_norm, model.fused_mlp, model.fused_head). A cold Triton cache
+        evaluation of this model launch (model.fused_norm, model.fused_mlp, model.fused_head; the
+        attention backend's own at the step's shapes). A cold Triton cache
         compiles each form on its first launch; made before the job's first step, in threads
         (transformerop/cuda_early.py), those compiles overlap each other and the job's start-up."""
         m = cfg.model
@@ -185,7 +186,7 @@ class GPT(nn.Module):
         if getattr(cfg.train, "fused_step", False):  # the optimizer's kernels (transformerop/fused_step.py)
             from kernels.triton_adamw import warmups
             calls += warmups(device, compute)
-        return calls
+        return calls + get_backend(cfg.attention.name).kernel_warmups(cfg, device)  # the attention's own
 
     def forward(self, idx, targets=None, caches=None, pos=None):
         """idx (B, T) token ids. With caches (one per layer), idx holds only the new tokens and

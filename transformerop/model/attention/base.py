@@ -110,6 +110,13 @@ class CausalSelfAttention(nn.Module):
         return 1
 
     @classmethod
+    def kernel_warmups(cls, cfg, device) -> list:
+        """Zero-argument calls launching this backend's own compiled kernels at the shapes a train
+        step and an evaluation of cfg's model give them, made before the job's first step (GPT's
+        kernel_warmups): none for a backend of torch's kernels."""
+        return []
+
+    @classmethod
     def variants(cls, name: str) -> list:
         """(label, attention config) rows task=validate checks for this backend."""
         return [(name, {"name": name})]
@@ -120,8 +127,8 @@ class CausalSelfAttention(nn.Module):
         if cfg.train.dtype not in cls.dtypes:
             raise ValueError(f"attention={cfg.attention.name} supports train.dtype in {cls.dtypes}, "
                              f"not {cfg.train.dtype!r}")
-        m = cfg.model
-        if cls.head_dims is not None and getattr(m, "n_layer", 1) > 0 and m.n_embd % m.n_head == 0 \
+        m = getattr(cfg, "model", None)
+        if cls.head_dims is not None and m is not None and getattr(m, "n_layer", 1) > 0 and m.n_embd % m.n_head == 0 \
                 and m.n_embd // m.n_head not in cls.head_dims:
             raise ValueError(f"attention={cfg.attention.name} has kernels for head dims {list(cls.head_dims)}, not "
                              f"model.n_embd / model.n_head = {m.n_embd}/{m.n_head} = {m.n_embd // m.n_head}: "

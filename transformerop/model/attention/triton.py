@@ -20,10 +20,11 @@ not take (decode's single queries) run the tl forward.
 """
 import functools
 import importlib
+import math
 
 import torch
 
-from ...runtime import interpreting
+from ...runtime import interpreting, torch_dtype
 from .base import BackendUnavailable, CausalSelfAttention
 
 
@@ -94,6 +95,35 @@ class TritonAttention(CausalSelfAttention):
             _check_interpretable(cfg)
         elif getattr(cfg.attention, "cpp_launch", True) and forward == "tl":
             importlib.import_module("kernels.triton_attention_op").require(device)
+
+    @classmethod
+    def kernel_warmups(cls, cfg, device) -> list:
+        """The train step's attention forward and backward (train.batch_size x block_size windows,
+        the model's dropout) and the evaluation's forward (train.eval_batch_size, none), on zeros
+        laid out as the model's heads are (views of one (B, T, 3, H, D) buffer): each compiles, or
+        loads, the kernel of the config its shape picks, as the step's own call would. Only where
+        kernels/triton_tuned.json ships that config (a shape to tune is tuned by the job's own first
+        call, not beside other warm-ups). A fixed dropout seed: nothing random is drawn."""
+        m, t, a = cfg.model, cfg.train, cfg.attention
+        H, D, T, dtype = m.n_head, m.n_embd // m.n_head, m.block_size, torch_dtype(t.dtype)
+        opts = dict(causal=True, sm_scale=1.0 / math.sqrt(D), allow_tf32=bool(getattr(a, "allow_tf32", True)),
+                    forward=str(getattr(a, "forward", "tl")), dq=str(getattr(a, "dq", "query_tiles")))
+
+        def heads(B, grad):
+            qkv = torch.zeros(B, T, 3, H, D, dtype=dtype, device=device, requires_grad=grad)
+            return [qkv[:, :, i].transpose(1, 2) for i in range(3)]
+
+        from kernels.triton_launch import shipped_only
+
+        def train():
+            with shipped_only():
+                out = _kernels().attention(*heads(t.batch_size, True), dropout_p=m.dropout, seed=0, **opts)
+                out.backward(torch.zeros_like(out))  # dO laid out as the step's: a view of (B, T, H, D)
+
+        def evaluate():
+            with torch.no_grad(), shipped_only():
+                _kernels().attention(*heads(getattr(t, "eval_batch_size", None) or t.batch_size, False), **opts)
+        return [train, evaluate]
 
     def attend(self, q, k, v, mask):
         if mask is not None:
