@@ -3,7 +3,7 @@ job's first step) launch every Triton kernel form its train step and evaluation 
 kernel, constexprs, pointer dtypes and alignments, and int classes Triton specializes on. A form
 the warm-ups miss would compile on the start-up clock after all.
 
-Each launch of the fused norm's, MLP's and head's kernels is recorded (the real kernel still runs) while
+Each launch of the fused norm's, MLP's and head's kernels (and attention=triton's) is recorded (the real kernel still runs) while
 the warm-ups run, then while the model takes a training forward and backward and an evaluation
 forward. CPU: under TRITON_INTERPRET=1, fp32. GPU: bf16, and Triton's own compile hook counts
 compiles after the warm-ups (none may happen). A warm-up list with one call left out must be
@@ -16,18 +16,19 @@ import json, sys
 import torch
 import triton
 from hydra import compose, initialize_config_dir
-from kernels import triton_head, triton_mlp, triton_norm
+from kernels import triton_attention, triton_head, triton_mlp, triton_norm
 from transformerop import REPO_ROOT
 from transformerop.config import register
 from transformerop.model import build_model, kernel_warmups
 from transformerop.runtime import autocast
 
-dev, dtype, bias = torch.device(sys.argv[1]), sys.argv[2], sys.argv[3]
+dev, dtype, bias, attention = torch.device(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 register()
 with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
     cfg = compose("config", overrides=["model=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=32",
                                        "model.block_size=16", "model.fused_norm=true", "model.fused_mlp=true", "model.fused_head=true",
-                                       f"model.bias={bias}", f"train.dtype={dtype}", "attention=sdpa"])
+                                       f"model.bias={bias}", f"train.dtype={dtype}", f"attention={attention}",
+                                       "attention.cpp_launch=false", "train.batch_size=2", "train.eval_batch_size=2"])
 seen = set()
 
 
@@ -60,7 +61,8 @@ class Recorded:
 
 
 for module, name in ((triton_norm, "_add_norm_fwd"), (triton_norm, "_add_norm_bwd"), (triton_norm, "_column_sums"),
-                     (triton_mlp, "_fc_gelu_kernel"), (triton_head, "_head_fwd"), (triton_head, "_head_bwd")):
+                     (triton_mlp, "_fc_gelu_kernel"), (triton_head, "_head_fwd"), (triton_head, "_head_bwd"),
+                     (triton_attention, "_fwd_kernel"), (triton_attention, "_bwd_kernel")):
     setattr(module, name, Recorded(getattr(module, name)))
 
 compiles = []
@@ -91,24 +93,26 @@ print("RESULT " + json.dumps({"calls": len(per_call), "model_forms": len(seen), 
 '''
 
 
-def _check(out):
-    # norm: 2 forward forms x (training, evaluation) + 3 backward forms; MLP: 2; head: forward, backward
-    assert out["calls"] == 11
-    assert out["model_forms"] >= 9 and out["missing"] == [], out["missing"]
+def _check(out, attention="sdpa"):
+    # norm: 2 forward forms x (training, evaluation) + 3 backward forms; MLP: 2; head: forward, backward;
+    # attention=triton: its training forward and backward, its evaluation's forward (the last call)
+    triton = attention == "triton"
+    assert out["calls"] == 11 + 2 * triton
+    assert out["model_forms"] >= 9 + 3 * triton and out["missing"] == [], out["missing"]
     assert out["missing_planted"], "a warm-up list missing a call went unnoticed"
 
 
-@pytest.mark.parametrize("bias", ["true", "false"])
-def test_warmups_launch_every_form_the_model_does_under_the_interpreter(bias):
+@pytest.mark.parametrize("bias,attention", [("true", "sdpa"), ("false", "sdpa"), ("false", "triton")])
+def test_warmups_launch_every_form_the_model_does_under_the_interpreter(bias, attention):
     from conftest import script_result
-    _check(script_result(SCRIPT, {"TRITON_INTERPRET": "1"}, "cpu", "float32", bias))
+    _check(script_result(SCRIPT, {"TRITON_INTERPRET": "1"}, "cpu", "float32", bias, attention), attention)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_warmups_leave_nothing_to_compile_on_a_gpu():
     from conftest import script_result
-    out = script_result(SCRIPT, {}, "cuda", "bfloat16", "false")
+    out = script_result(SCRIPT, {}, "cuda", "bfloat16", "false", "sdpa")
     _check(out)
     assert out["compiles_after"] == 0, out
     # one compile a call, and one more: the first norm backward also launches the column sums of its dw partials
