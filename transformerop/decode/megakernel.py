@@ -32,7 +32,7 @@ def kernel_weights(model) -> dict:
 class Megakernel(Static):
     runs = True  # the loop hands it every step up to the window's end: one launch
     gelus = ("erf",)  # its MLP phase computes the exact GELU
-    max_vocab = 8192  # a row of logits in shared memory (decode/megakernel_plan.py)
+    max_vocab = mp.MAX_ROW  # a row of logits in shared memory
     smem_limit = None  # bytes of shared memory a CTA may take (None: the device's); tests lower it to stream
     fused = None  # the projection in the attention items (None: the plan's rule, at batch 1)
 

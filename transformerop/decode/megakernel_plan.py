@@ -28,6 +28,7 @@ import torch
 THREADS = 256  # the threads of a CTA (kernels/megakernel.cu: kConsumers)
 MAX_ROWS = 256  # rows of a block: one thread each at most
 MAX_BATCH = 8
+MAX_ROW = 8192  # a row of logits (vocabulary) or of scores (block_size) held in shared memory
 STAGE = 32 << 10  # a streaming slot's bytes, where shared memory leaves room for four
 MAX_SLOTS = 16
 CTA_RECORD = 20  # ints per CTA (kernels/megakernel.h: kCtaRecord)
@@ -89,8 +90,8 @@ def shape_error(C: int, H: int, V: int, W: int, B: int) -> str | None:
     if D > THREADS or (D // 8) & (D // 8 - 1):
         return (f"model.n_embd / n_head = {D}: the megakernel takes head dims of 8 times a power of two, "
                 f"up to {THREADS}")
-    if V > 8192 or W > 8192:
-        return f"vocabulary {V} / block_size {W}: the megakernel holds a row of either in shared memory (<= 8192)"
+    if V > MAX_ROW or W > MAX_ROW:
+        return f"vocabulary {V} / block_size {W}: the megakernel holds a row of either in shared memory (<= {MAX_ROW})"
     return None
 
 

@@ -40,8 +40,8 @@ class OneHotGrad(torch.autograd.Function):
         (idx,) = ctx.saved_tensors
         g = grad.reshape(-1, grad.shape[-1])
         # the one-hot written in g's dtype at once (a memset and a scatter: no int64 copy to cast);
-        # no id is checked against the rows on the host, so a CUDA graph captures it. (Columns padded
-        # to a 16-byte-aligned stride measured no faster on the H200: 72.7 µs at 65 columns, 72.8 at 68.)
+        # no id is checked against the rows on the host, so a CUDA graph captures it (columns padded
+        # to a 16-byte-aligned stride measured no faster)
         one_hot = torch.zeros(g.shape[0], ctx.rows, dtype=g.dtype, device=g.device).scatter_(1, idx.reshape(-1, 1), 1.0)
         return None, one_hot.t() @ g
 

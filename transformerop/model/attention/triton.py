@@ -25,7 +25,7 @@ import math
 import torch
 
 from ...runtime import interpreting, torch_dtype
-from .base import BackendUnavailable, CausalSelfAttention
+from .base import BackendUnavailable, CausalSelfAttention, SplitHeads
 
 
 @functools.cache  # attend() runs per layer per step: import once
@@ -109,9 +109,8 @@ class TritonAttention(CausalSelfAttention):
         opts = dict(causal=True, sm_scale=1.0 / math.sqrt(D), allow_tf32=bool(getattr(a, "allow_tf32", True)),
                     forward=str(getattr(a, "forward", "tl")), dq=str(getattr(a, "dq", "query_tiles")))
 
-        def heads(B, grad):
-            qkv = torch.zeros(B, T, 3, H, D, dtype=dtype, device=device, requires_grad=grad)
-            return [qkv[:, :, i].transpose(1, 2) for i in range(3)]
+        def heads(B, grad):  # c_attn's output split as the model splits it
+            return SplitHeads.apply(torch.zeros(B, T, 3 * H * D, dtype=dtype, device=device, requires_grad=grad), H)
 
         from kernels.triton_launch import shipped_only
 
