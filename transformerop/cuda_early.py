@@ -18,7 +18,11 @@ launch (the model's kernel_warmups: one tiny call per kernel form) from threads 
 at once: a cold Triton cache compiles each form on its first launch, which one after another in
 the first step's capture took 3.0-4.3 s of the speedrun's start-up on the H200 host, and from
 threads, started while the warm-up above still runs, 1.6-1.8 s
-(experiments/results/h200-2026-12-02j). settle() waits for these too."""
+(experiments/results/h200-2026-12-02j). settle() waits for these too.
+
+Each part stamps when it ended (`ended`: the driver, cuBLAS, SDPA, the kernel warm-ups); a train
+job logs and records them on its clock beside its start-up phases (warmup_ended/<part>_s), so the
+part its `warm` phase waited for is the last one named, not a guess."""
 import atexit
 import ctypes
 import functools
@@ -26,6 +30,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 JOIN_S = 10.0  # at exit: a driver call cut off by the interpreter's teardown could crash it
@@ -59,6 +64,17 @@ def ordinal(argv: list, environ) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+# When each warm-up part ended (time.time()): the job reports them on its own clock (ended_on), so
+# its start-up shows which part its `warm` phase waited for
+ended: dict = {}
+
+
+def ended_on(origin: float) -> dict:
+    """{part: seconds from origin} of the warm-up parts that ended after origin, in the order they
+    ended: a later job of a multirun process sees only its own kernel warm-ups."""
+    return {part: t - origin for part, t in sorted(ended.items(), key=lambda kv: kv[1]) if t >= origin}
+
+
 def _init(gpu: int) -> None:
     try:
         cuda = ctypes.CDLL("libcuda.so.1")
@@ -67,6 +83,7 @@ def _init(gpu: int) -> None:
     dev, ctx = ctypes.c_int(), ctypes.c_void_p()
     if cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), gpu) == 0:
         cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)  # kept: torch uses the same context
+        ended["driver"] = time.time()
 
 
 def _on_gpu(early: threading.Thread, gpu: int, work) -> None:
@@ -90,8 +107,11 @@ def _warm(gpu: int) -> None:
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         x = torch.ones(1, 1, 64, 64, device=f"cuda:{gpu}", dtype=dtype, requires_grad=True)
         (x[0, 0] @ x[0, 0]).sum().backward()  # cuBLAS, forward and backward
+        torch.cuda.synchronize()
+        ended["cublas"] = time.time()
         F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()  # cuDNN (or flash) attention
         torch.cuda.synchronize()
+        ended["sdpa"] = time.time()
 
 
 def _launch_all(make_calls, gpu: int) -> None:
@@ -105,6 +125,7 @@ def _launch_all(make_calls, gpu: int) -> None:
         with ThreadPoolExecutor(len(calls), thread_name_prefix="cuda-kernel") as pool:
             list(pool.map(launch, calls))  # re-raises the first call's error, if any
         torch.cuda.synchronize(gpu)
+        ended["kernels"] = time.time()
 
 
 _early: threading.Thread | None = None

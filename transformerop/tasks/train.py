@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from hydra.core.hydra_config import HydraConfig
 
-from .. import clock, distributed, tracking
+from .. import clock, cuda_early, distributed, tracking
 from ..data import build_data
 from ..decode import generate
 from ..errors import ConfigError
@@ -93,6 +93,10 @@ def train_model(cfg, device, tracker, check_vocab=None):
         metrics.update({f"startup/{k}_s": v for k, v in startup.items()})
         log.info(f"{clock.prefix()}startup {metrics.get(clock.prefix() + 'startup_s', 0):.2f} s: "
                  + ", ".join(f"{k} {v:.2f}" for k, v in startup.items()))
+        warm = cuda_early.ended_on(clock.origin())  # what the `warm` phase waited for: the last to end
+        if warm:
+            metrics.update({f"warmup_ended/{k}_s": v for k, v in warm.items()})
+            log.info("warm-ups ended at (s on the same clock): " + ", ".join(f"{k} {v:.2f}" for k, v in warm.items()))
     _judge_step_time(cfg, tracker, pred)
     return trainer, data, {"params": n_params, **metrics}
 
