@@ -133,9 +133,9 @@ def test_kernel_warm_ups_run_at_once_before_settle_returns_and_say_when_one_fail
 def test_warm_up_parts_are_reported_on_the_jobs_clock_in_the_order_they_ended(monkeypatch):
     """ended_on(origin): each part's end in seconds from origin, earliest first; a part that ended
     before origin (an earlier job's, in a multirun process) is not this job's."""
-    monkeypatch.setattr(cuda_early, "ended", {"kernels": 102.5, "driver": 100.25, "sdpa": 101.75, "cublas": 101.5})
-    assert cuda_early.ended_on(100.0) == {"driver": 0.25, "cublas": 1.5, "sdpa": 1.75, "kernels": 2.5}
-    assert list(cuda_early.ended_on(100.0)) == ["driver", "cublas", "sdpa", "kernels"]
+    monkeypatch.setattr(cuda_early, "ended", {"kernels": 102.5, "driver": 100.25, "attention": 101.75, "cublas": 101.5})
+    assert cuda_early.ended_on(100.0) == {"driver": 0.25, "cublas": 1.5, "attention": 1.75, "kernels": 2.5}
+    assert list(cuda_early.ended_on(100.0)) == ["driver", "cublas", "attention", "kernels"]
     assert cuda_early.ended_on(102.0) == {"kernels": 0.5}
     assert cuda_early.ended_on(103.0) == {}
 

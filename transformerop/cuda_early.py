@@ -20,9 +20,9 @@ the first step's capture took 3.0-4.3 s of the speedrun's start-up on the H200 h
 threads, started while the warm-up above still runs, 1.6-1.8 s
 (experiments/results/h200-2026-12-02j). settle() waits for these too.
 
-Each part stamps when it ended (`ended`: the driver, cuBLAS, SDPA, the kernel warm-ups); a train
-job logs and records them on its clock beside its start-up phases (warmup_ended/<part>_s), so the
-part its `warm` phase waited for is the last one named, not a guess."""
+Each part stamps when it ended (`ended`: the driver, cuBLAS, torch's attention, the kernel
+warm-ups); a train job logs and records them on its clock beside its start-up phases
+(warmup_ended/<part>_s), so the part its `warm` phase waited for is the last one named, not a guess."""
 import atexit
 import ctypes
 import functools
@@ -111,7 +111,7 @@ def _warm(gpu: int) -> None:
         ended["cublas"] = time.time()
         F.scaled_dot_product_attention(x, x, x, is_causal=True).sum().backward()  # cuDNN (or flash) attention
         torch.cuda.synchronize()
-        ended["sdpa"] = time.time()
+        ended["attention"] = time.time()
 
 
 def _launch_all(make_calls, gpu: int) -> None:
