@@ -64,9 +64,7 @@ def ordinal(argv: list, environ) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-# When each warm-up part ended (time.time()): the job reports them on its own clock (ended_on), so
-# its start-up shows which part its `warm` phase waited for
-ended: dict = {}
+ended: dict = {}  # part -> when it ended, on time.time()'s clock (the module's note says why)
 
 
 def ended_on(origin: float) -> dict:
