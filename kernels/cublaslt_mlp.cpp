@@ -186,21 +186,28 @@ cublasStatus_t up_gelu_aux(cublasLtHandle_t h, cudaStream_t s, int dev, void* ws
                        /*m*/N, /*n*/M, /*k*/K, w1, /*lda*/K, x, /*ldb*/K, g, /*ldd*/N, pre, /*ldaux*/N);
 }
 
-// dy (M,C), w2 (C,N), pre (M,N) row-major -> dh (M,N) = (dy w2) * gelu_tanh'(pre).
+// dy (M,C), w2 (C,N), pre (M,N) row-major -> dh (M,N) = (dy w2) * gelu_tanh'(pre). With w2_t, the
+// weight comes as W2^T (N,C) row-major instead: the product is then the forward's TN layout, for
+// which cuBLASLt offers other kernels than for NN.
 cublasStatus_t dgelu(cublasLtHandle_t h, cudaStream_t s, int dev, void* ws, size_t wsb,
                      const void* dy, const void* w2, const void* pre, void* dh,
-                     int64_t M, int64_t N, int64_t C) {
-  return gemm_epilogue(h, s, dev, ws, wsb, CUBLASLT_EPILOGUE_DGELU, CUBLAS_OP_N, CUBLAS_OP_N,
-                       /*m*/N, /*n*/M, /*k*/C, w2, /*lda*/N, dy, /*ldb*/C, dh, /*ldd*/N,
+                     int64_t M, int64_t N, int64_t C, bool w2_t) {
+  return gemm_epilogue(h, s, dev, ws, wsb, CUBLASLT_EPILOGUE_DGELU, w2_t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                       /*m*/N, /*n*/M, /*k*/C, w2, /*lda*/w2_t ? C : N, dy, /*ldb*/C, dh, /*ldd*/N,
                        const_cast<void*>(pre), /*ldaux*/N);
 }
 
 }  // namespace lt
 
 // The torch side: operands checked, outputs allocated, the handle and workspace made once a device.
-#include <torch/extension.h>
+// An op library (TORCH_LIBRARY, loaded with torch.ops.load_library), not a pybind11 module: its
+// headers are ATen's core and c10's instead of torch/extension.h, so a fresh machine's build
+// parses ~4 s of headers instead of ~18 (g++ -fsyntax-only on each alone).
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
 #include <vector>
 
 namespace {
@@ -265,11 +272,12 @@ std::vector<at::Tensor> mlp_up_gelu(const at::Tensor& x, const at::Tensor& w1) {
   return {g, h};
 }
 
-at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tensor& h) {
+// w2 is W2 (C, N) as stored, or with w2_t its transpose (N, C), contiguous
+at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tensor& h, bool w2_t) {
   check_operand(dy, "dy"); check_operand(w2, "w2"); check_operand(h, "h");
-  TORCH_CHECK(w2.dim() == 2 && dy.dim() >= 2, "dy (..., C), w2 (C, N)");
-  const int64_t C = dy.size(-1), N = w2.size(1), M = dy.numel() / C;
-  TORCH_CHECK(w2.size(0) == C, "w2 must be (C, N) with C = dy.size(-1)");
+  TORCH_CHECK(w2.dim() == 2 && dy.dim() >= 2, "dy (..., C), w2 (C, N) or with w2_t (N, C)");
+  const int64_t C = dy.size(-1), N = w2.size(w2_t ? 0 : 1), M = dy.numel() / C;
+  TORCH_CHECK(w2.size(w2_t ? 1 : 0) == C, "w2's C side must equal dy.size(-1)");
   TORCH_CHECK(h.size(-1) == N && h.numel() == M * N, "h must be (..., N) matching dy's leading dims");
   TORCH_CHECK(C % 8 == 0 && N % 8 == 0, "C and N must be multiples of 8");
   TORCH_CHECK(dy.get_device() == w2.get_device() && dy.get_device() == h.get_device(), "device mismatch");
@@ -280,19 +288,29 @@ at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tenso
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
   DevState& st = state_for(dev, stream);
   check_status(lt::dgelu(st.handle, stream, dev, st.ws->data_ptr(), kWorkspaceBytes,
-                             dy.data_ptr(), w2.data_ptr(), h.data_ptr(), dh.data_ptr(), M, N, C),
+                             dy.data_ptr(), w2.data_ptr(), h.data_ptr(), dh.data_ptr(), M, N, C, w2_t),
                "mlp_dgelu (DGELU)");
   return dh;
 }
 
 int64_t plan_count() { return (int64_t)lt::cache_size(); }
 
-// Each plan made: (epilogue, m, n, k, heuristic rank chosen, candidates timed, its median us, the first
-// choice's us).
-std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>> plans() {
-  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>> out;
+// Each plan made, 8 numbers a plan (an op's schema has no tuple lists): epilogue, m, n, k, the
+// heuristic rank chosen, candidates timed, its median us, the first choice's us.
+std::vector<double> plans() {
+  std::vector<double> out;
   for (const auto& p : lt::plans())
-    out.emplace_back(p.key.epilogue, p.key.m, p.key.n, p.key.k, p.rank, p.candidates, p.us, p.us_first);
+    for (double v : {(double)p.key.epilogue, (double)p.key.m, (double)p.key.n, (double)p.key.k, (double)p.rank,
+                     (double)p.candidates, (double)p.us, (double)p.us_first})
+      out.push_back(v);
   return out;
 }
 int64_t cublaslt_version() { return (int64_t)cublasLtGetVersion(); }
+
+TORCH_LIBRARY(tfo_cublaslt_mlp, m) {
+  m.def("mlp_up_gelu", &mlp_up_gelu);
+  m.def("mlp_dgelu", &mlp_dgelu);
+  m.def("plan_count", &plan_count);
+  m.def("plans", &plans);
+  m.def("cublaslt_version", &cublaslt_version);
+}

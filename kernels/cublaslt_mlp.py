@@ -41,13 +41,21 @@ def _cublaslt() -> tuple[list[str], list[str]]:
 
 
 EXTENSION = cuda_build.Extension("tfo_cublaslt_mlp", "the cuBLASLt GELU matmuls", lambda: ([SOURCE.read_text()], []),
-                                 ("mlp_up_gelu", "mlp_dgelu", "plan_count", "plans", "cublaslt_version"), _cublaslt)
+                                 ("mlp_up_gelu", "mlp_dgelu", "plan_count", "plans", "cublaslt_version"), _cublaslt,
+                                 ops="tfo_cublaslt_mlp")
 
 
 @functools.cache
 def _ext():
     """The built extension, looked up once (not under cuda_build's lock on every call)."""
     return cuda_build.load(ext=EXTENSION)
+
+
+def plans() -> list[tuple]:
+    """Every cuBLASLt plan this process made: (epilogue, m, n, k, heuristic rank chosen, candidates
+    timed, median µs, the heuristic's first choice's µs), as cuBLASLt sees the product."""
+    flat = _ext().plans()
+    return [(*map(int, flat[i:i + 6]), *flat[i + 6:i + 8]) for i in range(0, len(flat), 8)]
 
 
 def require(device=None) -> None:
@@ -74,7 +82,7 @@ class CublasLtGeluMLP(torch.autograd.Function):
         dy = dy.to(w2.dtype).contiguous()
         rows = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
         dw2 = rows(dy).t() @ rows(g) if ctx.needs_input_grad[2] else None
-        dh = _ext().mlp_dgelu(dy, w2, h)  # (dy w2) * GELU'(h), in the matmul's epilogue
+        dh = _ext().mlp_dgelu(dy, w2, h, False)  # (dy w2) * GELU'(h), in the matmul's epilogue
         dw1 = rows(dh).t() @ rows(x) if ctx.needs_input_grad[1] else None
         dx = dh @ w1 if ctx.needs_input_grad[0] else None
         return dx, dw1, dw2

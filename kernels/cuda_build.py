@@ -132,12 +132,16 @@ def device_arch(device=None) -> str:
 class Extension:
     """One torch extension: its name's prefix, what it is (for messages), its sources as
     () -> (C++ sources, CUDA sources), the functions it exports to Python, and the libraries it
-    links beyond torch's as () -> (include dirs, linker flags), asked at build time only."""
+    links beyond torch's as () -> (include dirs, linker flags), asked at build time only. With
+    `ops`, an op library instead of a Python module: its sources include their own headers and
+    register `functions` in TORCH_LIBRARY(ops, ...); load() returns torch.ops.<ops> (no pybind11
+    and no torch/extension.h to compile: a far shorter first build)."""
     prefix: str
     what: str
     sources: Callable[[], tuple[list[str], list[str]]]
     functions: tuple
     libraries: Callable[[], tuple[list[str], list[str]]] = lambda: ([], [])
+    ops: str = ""
 
     @property
     def needs_nvcc(self) -> bool:
@@ -200,7 +204,10 @@ def _cached_build(arch: str, ext: Extension = KERNELS):
     return so if (d / "built.json").exists() and so.exists() else None
 
 
-def _import_so(name: str, so: Path):
+def _import_so(name: str, so: Path, ext: Extension = KERNELS):
+    if ext.ops:  # an op library: its TORCH_LIBRARY block registers the ops as it loads
+        torch.ops.load_library(str(so))
+        return getattr(torch.ops, ext.ops)
     spec = importlib.util.spec_from_file_location(name, so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -223,7 +230,7 @@ def load(verbose: bool = False, ext: Extension = KERNELS):
         so = _cached_build(arch, ext)
         cold = so is None
         if so is not None:
-            module = _import_so(name, so)
+            module = _import_so(name, so, ext)
         else:
             module = _build(name, arch, build_dir, verbose, ext)
         info = _INFO[ext.prefix] = dict(name=name, build_dir=str(build_dir), arch=f"sm_{arch}", cold=cold,
@@ -238,14 +245,18 @@ def _build(name: str, arch: str, build_dir: Path, verbose: bool, ext: Extension)
     from torch.utils.cpp_extension import load_inline
     cpp, cu = ext.sources()
     includes, ldflags = ext.libraries()
-    kwargs = dict(name=name, cpp_sources=cpp, cuda_sources=cu, functions=list(ext.functions), with_cuda=True,
-                  extra_cflags=["-O3"], extra_cuda_cflags=cuda_flags(arch), extra_include_paths=includes,
-                  extra_ldflags=ldflags, build_directory=str(build_dir), verbose=verbose)
+    kwargs = dict(name=name, cpp_sources=cpp, cuda_sources=cu, functions=None if ext.ops else list(ext.functions),
+                  with_cuda=True, extra_cflags=["-O3"], extra_cuda_cflags=cuda_flags(arch),
+                  extra_include_paths=includes, extra_ldflags=ldflags, build_directory=str(build_dir),
+                  verbose=verbose, is_python_module=not ext.ops)
     if "no_implicit_headers" in inspect.signature(load_inline).parameters:
-        kwargs["no_implicit_headers"] = True  # keeps torch headers out of the .cu: much faster nvcc
+        # keeps torch headers out of the .cu (much faster nvcc) and, for an op library, out of
+        # its C++ too: it includes the few it uses
+        kwargs["no_implicit_headers"] = True
     claim(build_dir)
     try:
-        return load_inline(**kwargs)
+        built = load_inline(**kwargs)
+        return getattr(torch.ops, ext.ops) if ext.ops else built  # an op library is loaded as it builds
     except RuntimeError as e:
         # torch puts ninja's whole output (every compiler message) in the error: keep all of it
         raise RuntimeError(f"building {ext.what} in {build_dir} failed:\n{e}") from e
