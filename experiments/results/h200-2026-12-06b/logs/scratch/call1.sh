@@ -1,6 +1,7 @@
 # call 1 (branch oplib): the cuBLASLt op library's cold build alone; its GPU tests; the DGELU
 # layouts; the speedrun on a fresh machine (empty extension and Triton caches), then warm three
-# times; the main thread's start-up under cProfile (warm)
+# times; a start-up A/B of two changes (scratch/startup_ab.py, four rounds, each run a fresh
+# process); the main thread's start-up under cProfile (warm)
 source .gpu/env.sh && export PYTHONPATH=.:$PYTHONPATH
 unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pycache
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; nproc
@@ -24,9 +25,15 @@ for i in 1 2 3; do
   echo rc $?; grep -E "reached at|startup |Error|error" $OUT/call1_warm$i.log | cut -c1-240 | head -4
 done
 cp outputs/warm1/results.json $OUT/call1_warm1_results.json 2>/dev/null
+echo "== start-up A/B (warm caches, launch -> first step, four rounds)"
+for r in 1 2 3 4; do for v in base warmup1 nosdpa both; do
+  timeout 30 python $S/startup_ab.py $v experiment=speedrun train.progress=false logger=none hydra.run.dir=outputs/ab > $OUT/ab.log 2>&1
+  grep "^AB" $OUT/ab.log || { echo "AB $v rc $?"; tail -3 $OUT/ab.log; }
+done; done | tee $OUT/call1_ab.txt
+rm -f $OUT/ab.log
 echo "== start-up under cProfile (warm, main thread, launch to the first step's end)"
 timeout 60 python $S/startup_prof.py experiment=speedrun train.progress=false train.profile=false logger=none hydra.run.dir=outputs/prof > $OUT/call1_prof.log 2>&1
-echo rc $?; grep -E "startup " $OUT/call1_prof.log | cut -c1-240
+echo rc $?; grep -E "startup |^span" $OUT/call1_prof.log | cut -c1-240
 python - > $OUT/call1_startup_profile.txt <<'PY'
 import os, pstats
 p = pstats.Stats(os.environ["OUT"] + "/startup.prof")
