@@ -1,5 +1,5 @@
 # call 1 (branch oplib): the cuBLASLt op library's cold build alone; its GPU tests; the DGELU
-# layouts; the speedrun on a fresh machine (empty extension and Triton caches), then warm twice; a start-up A/B of two changes (scratch/startup_ab.py, four rounds, each run a fresh
+# layouts; the speedrun on a fresh machine (empty extension and Triton caches), then warm once; a start-up A/B of two changes (scratch/startup_ab.py, three rounds, each run a fresh
 # process); the main thread's start-up under cProfile (warm)
 source .gpu/env.sh && export PYTHONPATH=.:$PYTHONPATH
 unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pycache
@@ -18,13 +18,13 @@ echo "== speedrun, fresh machine (empty extension and Triton caches)"
 export TORCH_EXTENSIONS_DIR=/tmp/extB TRITON_CACHE_DIR=/tmp/tritonB; rm -rf $TORCH_EXTENSIONS_DIR $TRITON_CACHE_DIR
 timeout 120 python run.py experiment=speedrun train.progress=false logger=none hydra.run.dir=outputs/cold > $OUT/call1_cold.log 2>&1
 echo rc $?; grep -E "reached at|startup |Error|error" $OUT/call1_cold.log | cut -c1-240 | head -6
-echo "== start-up A/B (warm caches, launch -> first step, four rounds)"
-for r in 1 2 3 4; do for v in base warmup1 nosdpa both; do
+echo "== start-up A/B (warm caches, launch -> first step, three rounds)"
+for r in 1 2 3; do for v in base warmup1 nosdpa both; do
   timeout 30 python $S/startup_ab.py $v experiment=speedrun train.progress=false logger=none hydra.run.dir=outputs/ab > $OUT/ab.log 2>&1
   grep "^AB" $OUT/ab.log || { echo "AB $v rc $?"; tail -3 $OUT/ab.log; }
 done; done | tee $OUT/call1_ab.txt
 rm -f $OUT/ab.log
-for i in 1 2; do
+for i in 1; do
   echo "== warm speedrun $i"
   timeout 45 python run.py experiment=speedrun hydra.run.dir=outputs/warm$i > $OUT/call1_warm$i.log 2>&1
   echo rc $?; grep -E "reached at|startup |Error|error" $OUT/call1_warm$i.log | cut -c1-240 | head -4
