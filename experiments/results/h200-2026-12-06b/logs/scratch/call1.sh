@@ -11,7 +11,7 @@ timeout 120 python -c "
 import time, torch; torch.cuda.init(); t = time.perf_counter()
 from kernels import cublaslt_mlp; cublaslt_mlp._ext(); print(f'cuBLASLt op library build + load: {time.perf_counter() - t:.2f} s')"
 echo "== gpu tests: cuBLASLt MLP"
-timeout 240 python -m pytest -q -m gpu tests/test_cublaslt_mlp.py 2>&1 | tail -4
+timeout 240 python -m pytest -q -m gpu tests/test_cublaslt_mlp.py tests/test_cuda_early.py 2>&1 | tail -4
 echo "== DGELU layouts"
 timeout 90 python $S/dgelu_bench.py 2>&1 | tail -12
 echo "== speedrun, fresh machine (empty extension and Triton caches)"
@@ -27,7 +27,7 @@ rm -f $OUT/ab.log
 for i in 1; do
   echo "== warm speedrun $i"
   timeout 45 python run.py experiment=speedrun hydra.run.dir=outputs/warm$i > $OUT/call1_warm$i.log 2>&1
-  echo rc $?; grep -E "reached at|startup |Error|error" $OUT/call1_warm$i.log | cut -c1-240 | head -4
+  echo rc $?; grep -E "reached at|startup |warm-ups ended|Error|error" $OUT/call1_warm$i.log | cut -c1-240 | head -4
 done
 cp outputs/warm1/results.json $OUT/call1_warm1_results.json 2>/dev/null
 echo "== start-up under cProfile (warm, main thread, launch to the first step's end)"
