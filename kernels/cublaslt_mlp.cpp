@@ -186,14 +186,12 @@ cublasStatus_t up_gelu_aux(cublasLtHandle_t h, cudaStream_t s, int dev, void* ws
                        /*m*/N, /*n*/M, /*k*/K, w1, /*lda*/K, x, /*ldb*/K, g, /*ldd*/N, pre, /*ldaux*/N);
 }
 
-// dy (M,C), w2 (C,N), pre (M,N) row-major -> dh (M,N) = (dy w2) * gelu_tanh'(pre). With w2_t, the
-// weight comes as W2^T (N,C) row-major instead: the product is then the forward's TN layout, for
-// which cuBLASLt offers other kernels than for NN.
+// dy (M,C), w2 (C,N), pre (M,N) row-major -> dh (M,N) = (dy w2) * gelu_tanh'(pre).
 cublasStatus_t dgelu(cublasLtHandle_t h, cudaStream_t s, int dev, void* ws, size_t wsb,
                      const void* dy, const void* w2, const void* pre, void* dh,
-                     int64_t M, int64_t N, int64_t C, bool w2_t) {
-  return gemm_epilogue(h, s, dev, ws, wsb, CUBLASLT_EPILOGUE_DGELU, w2_t ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
-                       /*m*/N, /*n*/M, /*k*/C, w2, /*lda*/w2_t ? C : N, dy, /*ldb*/C, dh, /*ldd*/N,
+                     int64_t M, int64_t N, int64_t C) {
+  return gemm_epilogue(h, s, dev, ws, wsb, CUBLASLT_EPILOGUE_DGELU, CUBLAS_OP_N, CUBLAS_OP_N,
+                       /*m*/N, /*n*/M, /*k*/C, w2, /*lda*/N, dy, /*ldb*/C, dh, /*ldd*/N,
                        const_cast<void*>(pre), /*ldaux*/N);
 }
 
@@ -272,12 +270,11 @@ std::vector<at::Tensor> mlp_up_gelu(const at::Tensor& x, const at::Tensor& w1) {
   return {g, h};
 }
 
-// w2 is W2 (C, N) as stored, or with w2_t its transpose (N, C), contiguous
-at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tensor& h, bool w2_t) {
+at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tensor& h) {
   check_operand(dy, "dy"); check_operand(w2, "w2"); check_operand(h, "h");
-  TORCH_CHECK(w2.dim() == 2 && dy.dim() >= 2, "dy (..., C), w2 (C, N) or with w2_t (N, C)");
-  const int64_t C = dy.size(-1), N = w2.size(w2_t ? 0 : 1), M = dy.numel() / C;
-  TORCH_CHECK(w2.size(w2_t ? 1 : 0) == C, "w2's C side must equal dy.size(-1)");
+  TORCH_CHECK(w2.dim() == 2 && dy.dim() >= 2, "dy (..., C), w2 (C, N)");
+  const int64_t C = dy.size(-1), N = w2.size(1), M = dy.numel() / C;
+  TORCH_CHECK(w2.size(0) == C, "w2 must be (C, N) with C = dy.size(-1)");
   TORCH_CHECK(h.size(-1) == N && h.numel() == M * N, "h must be (..., N) matching dy's leading dims");
   TORCH_CHECK(C % 8 == 0 && N % 8 == 0, "C and N must be multiples of 8");
   TORCH_CHECK(dy.get_device() == w2.get_device() && dy.get_device() == h.get_device(), "device mismatch");
@@ -288,7 +285,7 @@ at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tenso
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
   DevState& st = state_for(dev, stream);
   check_status(lt::dgelu(st.handle, stream, dev, st.ws->data_ptr(), kWorkspaceBytes,
-                             dy.data_ptr(), w2.data_ptr(), h.data_ptr(), dh.data_ptr(), M, N, C, w2_t),
+                             dy.data_ptr(), w2.data_ptr(), h.data_ptr(), dh.data_ptr(), M, N, C),
                "mlp_dgelu (DGELU)");
   return dh;
 }

@@ -82,7 +82,7 @@ class CublasLtGeluMLP(torch.autograd.Function):
         dy = dy.to(w2.dtype).contiguous()
         rows = lambda t: t.reshape(-1, t.shape[-1])  # noqa: E731
         dw2 = rows(dy).t() @ rows(g) if ctx.needs_input_grad[2] else None
-        dh = _ext().mlp_dgelu(dy, w2, h, False)  # (dy w2) * GELU'(h), in the matmul's epilogue
+        dh = _ext().mlp_dgelu(dy, w2, h)  # (dy w2) * GELU'(h), in the matmul's epilogue
         dw1 = rows(dh).t() @ rows(x) if ctx.needs_input_grad[1] else None
         dx = dh @ w1 if ctx.needs_input_grad[0] else None
         return dx, dw1, dw2
