@@ -64,6 +64,7 @@ row("shipped 64x16 w4 s2", shipped, "query_tiles")
 grid = [(64, 16, 8, 2), (64, 32, 8, 2), (64, 64, 8, 2), (128, 32, 8, 2), (128, 16, 8, 2), (128, 32, 4, 2),
         (128, 64, 4, 2), (64, 16, 4, 3), (64, 32, 8, 3), (128, 32, 8, 3), (32, 32, 4, 2), (128, 16, 4, 2),
         *itertools.product((64, 128), (16, 32, 64), (4, 8), (2, 3))]
+grid = list(dict.fromkeys(grid))
 for bm, bn, w, s in grid[:int(os.environ.get("CONFIGS", len(grid)))]:
     cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=w, num_stages=s)
     row(f"{bm}x{bn} w{w} s{s}", cfg, "query_tiles")
