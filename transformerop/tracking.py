@@ -21,6 +21,7 @@ from . import clock
 
 log = logging.getLogger(__name__)
 RESULTS = "results.json"
+CONSOLE = "run.log"  # Hydra's job log (conf/hydra/job_logging/project.yaml: run.py's job name)
 ATTEMPTS = "attempts"  # earlier records of a job dir, kept when a newer attempt replaces or fails after them
 _current = None
 # A W&B service inherited from a parent process (one that used wandb, then launched us) keeps the
@@ -256,6 +257,10 @@ class Tracker:
             import wandb
             if written is not None:
                 self.artifact("results", [written])
+            # the job's whole console, with times: W&B's own capture (output.log) starts with its
+            # run, after start-up, and misses what came before
+            if (self.job_dir / CONSOLE).exists():
+                self.file(self.job_dir / CONSOLE)
             best = self.job_dir / "best.pt"
             if best.exists() and status == "ok":
                 self.artifact("model", [best], {k: self.metrics.get(k) for k in ("best_val_loss", "best_step")})
