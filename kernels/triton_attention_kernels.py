@@ -28,7 +28,7 @@ else:  # the winners of a per-tile sweep on the H200 at T 256-2048, head dim 64 
                    _cfg(64, 64, 4, 2), _cfg(64, 64, 4, 3), _cfg(128, 32, 4, 2), _cfg(128, 32, 8, 3),
                    _cfg(128, 64, 8, 3), _cfg(128, 64, 8, 4), _cfg(128, 128, 8, 3)]
     # BLOCK_M: the program's own rows (keys for dK/dV, queries for dQ); BLOCK_N: the loop step
-    BWD_CONFIGS = [_cfg(16, 16, 2, 1), _cfg(32, 32, 4, 1), _cfg(64, 16, 4, 2), _cfg(64, 32, 4, 2),
+    BWD_CONFIGS = [_cfg(16, 16, 2, 1), _cfg(32, 32, 4, 1), _cfg(64, 16, 4, 2), _cfg(64, 16, 4, 3), _cfg(64, 32, 4, 2),
                    _cfg(64, 32, 4, 3), _cfg(64, 64, 4, 2), _cfg(64, 64, 4, 3), _cfg(128, 64, 8, 1),
                    _cfg(128, 64, 8, 2)]
 
