@@ -197,117 +197,92 @@ cublasStatus_t dgelu(cublasLtHandle_t h, cudaStream_t s, int dev, void* ws, size
 
 }  // namespace lt
 
-// The torch side: operands checked, outputs allocated, the handle and workspace made once a device.
-// An op library (TORCH_LIBRARY, loaded with torch.ops.load_library), not a pybind11 module: its
-// headers are ATen's core and c10's instead of torch/extension.h, so a fresh machine's build
-// parses ~4 s of headers instead of ~18 (g++ -fsyntax-only on each alone).
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
-#include <vector>
-
+// The C side that kernels/cublaslt_mlp.py calls through ctypes: raw pointers, sizes and the
+// caller's stream; a cuBLASLt handle made once a device. No torch header is included, so a fresh
+// machine's build compiles cuBLASLt's header and this file alone (a fraction of a second, where
+// torch's headers alone take seconds, on the critical path of a first launch); the Python side
+// checks the operands and allocates the outputs and the workspace.
 namespace {
-constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLAS recommends 32 MiB on Hopper
+constexpr int kMaxDevices = 64;
+constexpr int kFirstCallCaptured = -1;  // a status no cublasStatus_t takes
+std::mutex g_handle_mu;
+cublasLtHandle_t g_handles[kMaxDevices] = {};  // leaked on purpose (no teardown-order issues)
 
-struct DevState { cublasLtHandle_t handle = nullptr; at::Tensor* ws = nullptr; };
-std::mutex g_state_mu;
-DevState g_state[64];  // handles/workspaces are leaked on purpose (no teardown-order issues)
-
-DevState& state_for(int dev, cudaStream_t stream) {
-  TORCH_CHECK(dev >= 0 && dev < 64, "device index out of range");
-  std::lock_guard<std::mutex> l(g_state_mu);
-  DevState& st = g_state[dev];
-  if (st.handle == nullptr) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    TORCH_CHECK(cudaStreamIsCapturing(stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone,
-                "cublaslt_mlp: the first call on a device must happen outside CUDA graph capture "
-                "(it creates the cuBLASLt handle and the workspace)");
-    cublasLtHandle_t h = nullptr;
-    cublasStatus_t s = cublasLtCreate(&h);
-    TORCH_CHECK(s == CUBLAS_STATUS_SUCCESS, "cublasLtCreate: ", cublasLtGetStatusString(s));
-    st.ws = new at::Tensor(at::empty({(int64_t)kWorkspaceBytes},
-                                     at::TensorOptions().dtype(at::kByte).device(at::kCUDA, dev)));
-    st.handle = h;
+// The device's handle, made on its first call (on that device, outside a capture); nullptr with
+// *status set where it cannot be.
+cublasLtHandle_t handle_for(int dev, cudaStream_t stream, int* status) {
+  std::lock_guard<std::mutex> l(g_handle_mu);
+  if (g_handles[dev] != nullptr) return g_handles[dev];
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+    *status = kFirstCallCaptured;
+    return nullptr;
   }
-  return st;
+  const cublasStatus_t s = cublasLtCreate(&g_handles[dev]);
+  if (s != CUBLAS_STATUS_SUCCESS) { *status = (int)s; g_handles[dev] = nullptr; }
+  return g_handles[dev];
 }
 
-void check_operand(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
-  TORCH_CHECK(t.scalar_type() == at::kBFloat16, name, " must be bfloat16");
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
-}
-
-void check_status(cublasStatus_t s, const char* what) {
-  TORCH_CHECK(s != CUBLAS_STATUS_NOT_SUPPORTED, what,
-              ": cuBLASLt found no algorithm for this epilogue/shape/alignment");
-  TORCH_CHECK(s == CUBLAS_STATUS_SUCCESS, what, ": ", cublasLtGetStatusString(s));
+// Runs call(handle) with dev as the current device (restored after), as cuBLASLt works on it.
+template <class F>
+int on_device(int dev, cudaStream_t stream, F call) {
+  if (dev < 0 || dev >= kMaxDevices) return (int)CUBLAS_STATUS_INVALID_VALUE;
+  int before = -1;
+  if (cudaGetDevice(&before) != cudaSuccess) return (int)CUBLAS_STATUS_INTERNAL_ERROR;
+  if (before != dev && cudaSetDevice(dev) != cudaSuccess) return (int)CUBLAS_STATUS_INTERNAL_ERROR;
+  int status = (int)CUBLAS_STATUS_SUCCESS;
+  cublasLtHandle_t h = handle_for(dev, stream, &status);
+  if (h != nullptr) status = (int)call(h);
+  if (before != dev) cudaSetDevice(before);
+  return status;
 }
 }  // namespace
 
-std::vector<at::Tensor> mlp_up_gelu(const at::Tensor& x, const at::Tensor& w1) {
-  check_operand(x, "x"); check_operand(w1, "w1");
-  TORCH_CHECK(w1.dim() == 2 && x.dim() >= 2, "x (..., K), w1 (N, K)");
-  const int64_t K = x.size(-1), N = w1.size(0), M = x.numel() / K;
-  TORCH_CHECK(w1.size(1) == K, "w1 must be (N, K) with K = x.size(-1)");
-  TORCH_CHECK(K % 8 == 0 && N % 8 == 0, "K and N must be multiples of 8");
-  TORCH_CHECK(x.get_device() == w1.get_device(), "x and w1 on different devices");
-  c10::cuda::CUDAGuard guard(x.device());
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  at::Tensor g = at::empty(sizes, x.options());
-  at::Tensor h = at::empty(sizes, x.options());
-  if (M == 0) return {g, h};
-  const int dev = x.get_device();
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
-  DevState& st = state_for(dev, stream);
-  check_status(lt::up_gelu_aux(st.handle, stream, dev, st.ws->data_ptr(), kWorkspaceBytes,
-                                   x.data_ptr(), w1.data_ptr(), g.data_ptr(), h.data_ptr(), M, N, K),
-               "mlp_up_gelu (GELU_AUX)");
-  return {g, h};
+extern "C" {
+
+// g, h (M, N) = GELU_tanh(x w1^T), x w1^T for x (M, K), w1 (N, K), all row-major bf16. 0 = done.
+int tfo_lt_up_gelu(int dev, void* stream, void* ws, size_t ws_bytes, const void* x, const void* w1,
+                   void* g, void* h, int64_t M, int64_t N, int64_t K) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  return on_device(dev, s, [&](cublasLtHandle_t lt_handle) {
+    return lt::up_gelu_aux(lt_handle, s, dev, ws, ws_bytes, x, w1, g, h, M, N, K);
+  });
 }
 
-at::Tensor mlp_dgelu(const at::Tensor& dy, const at::Tensor& w2, const at::Tensor& h) {
-  check_operand(dy, "dy"); check_operand(w2, "w2"); check_operand(h, "h");
-  TORCH_CHECK(w2.dim() == 2 && dy.dim() >= 2, "dy (..., C), w2 (C, N)");
-  const int64_t C = dy.size(-1), N = w2.size(1), M = dy.numel() / C;
-  TORCH_CHECK(w2.size(0) == C, "w2 must be (C, N) with C = dy.size(-1)");
-  TORCH_CHECK(h.size(-1) == N && h.numel() == M * N, "h must be (..., N) matching dy's leading dims");
-  TORCH_CHECK(C % 8 == 0 && N % 8 == 0, "C and N must be multiples of 8");
-  TORCH_CHECK(dy.get_device() == w2.get_device() && dy.get_device() == h.get_device(), "device mismatch");
-  c10::cuda::CUDAGuard guard(dy.device());
-  at::Tensor dh = at::empty(h.sizes(), h.options());
-  if (M == 0) return dh;
-  const int dev = dy.get_device();
-  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(dev).stream();
-  DevState& st = state_for(dev, stream);
-  check_status(lt::dgelu(st.handle, stream, dev, st.ws->data_ptr(), kWorkspaceBytes,
-                             dy.data_ptr(), w2.data_ptr(), h.data_ptr(), dh.data_ptr(), M, N, C),
-               "mlp_dgelu (DGELU)");
-  return dh;
+// dh (M, N) = (dy w2) * GELU_tanh'(h) for dy (M, C), w2 (C, N), h (M, N), all row-major bf16.
+int tfo_lt_dgelu(int dev, void* stream, void* ws, size_t ws_bytes, const void* dy, const void* w2,
+                 const void* h, void* dh, int64_t M, int64_t N, int64_t C) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  return on_device(dev, s, [&](cublasLtHandle_t lt_handle) {
+    return lt::dgelu(lt_handle, s, dev, ws, ws_bytes, dy, w2, h, dh, M, N, C);
+  });
 }
 
-int64_t plan_count() { return (int64_t)lt::cache_size(); }
-
-// Each plan made, 8 numbers a plan (an op's schema has no tuple lists): epilogue, m, n, k, the
-// heuristic rank chosen, candidates timed, its median us, the first choice's us.
-std::vector<double> plans() {
-  std::vector<double> out;
-  for (const auto& p : lt::plans())
-    for (double v : {(double)p.key.epilogue, (double)p.key.m, (double)p.key.n, (double)p.key.k, (double)p.rank,
-                     (double)p.candidates, (double)p.us, (double)p.us_first})
-      out.push_back(v);
-  return out;
+// What a status the two calls above returned means.
+const char* tfo_lt_status_string(int status) {
+  if (status == kFirstCallCaptured)
+    return "the first call on a device must happen outside CUDA graph capture (it creates the cuBLASLt handle)";
+  if (status == (int)CUBLAS_STATUS_NOT_SUPPORTED)
+    return "cuBLASLt found no algorithm for this epilogue/shape/alignment";
+  return cublasLtGetStatusString((cublasStatus_t)status);
 }
-int64_t cublaslt_version() { return (int64_t)cublasLtGetVersion(); }
 
-TORCH_LIBRARY(tfo_cublaslt_mlp, m) {
-  m.def("mlp_up_gelu", &mlp_up_gelu);
-  m.def("mlp_dgelu", &mlp_dgelu);
-  m.def("plan_count", &plan_count);
-  m.def("plans", &plans);
-  m.def("cublaslt_version", &cublaslt_version);
+int64_t tfo_lt_plan_count() { return (int64_t)lt::cache_size(); }
+
+// Each plan made, 8 numbers a plan into out (room for `room` plans): epilogue, m, n, k, the
+// heuristic rank chosen, candidates timed, its median us, the first choice's us. Returns how many
+// plans there are (more than room: call again with more).
+int64_t tfo_lt_plans(double* out, int64_t room) {
+  const std::vector<lt::Plan> all = lt::plans();
+  for (int64_t i = 0; i < (int64_t)all.size() && i < room; ++i) {
+    const lt::Plan& p = all[i];
+    const double row[8] = {(double)p.key.epilogue, (double)p.key.m, (double)p.key.n, (double)p.key.k,
+                           (double)p.rank, (double)p.candidates, (double)p.us, (double)p.us_first};
+    std::memcpy(out + 8 * i, row, sizeof(row));
+  }
+  return (int64_t)all.size();
 }
+
+int64_t tfo_lt_version() { return (int64_t)cublasLtGetVersion(); }
+
+}  // extern "C"

@@ -7,7 +7,13 @@ the forward matmul writes g and h in one pass (GELU_AUX) and the backward's writ
 (DGELU, reading h), so each way loses one full pass over an (M, 4C) tensor and one launch. The
 weight gradients and dx stay plain cuBLAS matmuls. cuBLASLt's GELU is the tanh form, so the model
 must be built with model.gelu=tanh: the same function as its eager path then.
+
+The two matmuls are a small C library (kernels/cublaslt_mlp.cpp, built by load_inline without
+torch's headers, so a fresh machine's first launch waits a fraction of a second for it, not
+seconds) called through ctypes, which lets go of the GIL during each call; Library below is its
+torch side.
 """
+import ctypes
 import functools
 import glob
 import os
@@ -40,22 +46,119 @@ def _cublaslt() -> tuple[list[str], list[str]]:
     return [], ["-lcublasLt"]
 
 
+FUNCTIONS = ("tfo_lt_up_gelu", "tfo_lt_dgelu", "tfo_lt_status_string", "tfo_lt_plan_count", "tfo_lt_plans",
+             "tfo_lt_version")  # the C library's exports
 EXTENSION = cuda_build.Extension("tfo_cublaslt_mlp", "the cuBLASLt GELU matmuls", lambda: ([SOURCE.read_text()], []),
-                                 ("mlp_up_gelu", "mlp_dgelu", "plan_count", "plans", "cublaslt_version"), _cublaslt,
-                                 ops="tfo_cublaslt_mlp")
+                                 FUNCTIONS, _cublaslt, c_library=True)
+WORKSPACE_BYTES = 32 << 20  # what cuBLAS recommends on Hopper
+PLAN_FIELDS = 8  # numbers a plan: epilogue, m, n, k, rank chosen, candidates timed, its median us, the first's us
+_P, _I64, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t
+
+
+class Library:
+    """The C library's calls on tensors: operands checked (one line each), outputs allocated, the
+    caller's current stream and a workspace a device passed in; its errors raised as RuntimeError."""
+
+    def __init__(self, lib: ctypes.CDLL):
+        self.lib = lib
+        gemm = [ctypes.c_int, _P, _P, _SIZE, _P, _P, _P, _P, _I64, _I64, _I64]
+        for name in ("tfo_lt_up_gelu", "tfo_lt_dgelu"):
+            getattr(lib, name).argtypes, getattr(lib, name).restype = gemm, ctypes.c_int
+        lib.tfo_lt_status_string.argtypes, lib.tfo_lt_status_string.restype = [ctypes.c_int], ctypes.c_char_p
+        lib.tfo_lt_plan_count.argtypes, lib.tfo_lt_plan_count.restype = [], _I64
+        lib.tfo_lt_plans.argtypes, lib.tfo_lt_plans.restype = [ctypes.POINTER(ctypes.c_double), _I64], _I64
+        lib.tfo_lt_version.argtypes, lib.tfo_lt_version.restype = [], _I64
+        self.workspaces = {}  # device index -> its workspace, kept for the process
+
+    def _call(self, fn, what: str, device: torch.device, *args) -> None:
+        dev = device.index if device.index is not None else torch.cuda.current_device()
+        ws = self.workspaces.get(dev)
+        if ws is None:  # the workspace here, the handle in C: both once a device, outside any capture
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"{what}: the first call on cuda:{dev} must happen outside CUDA graph capture "
+                                   "(it makes the workspace and the cuBLASLt handle; warmups() does it)")
+            ws = self.workspaces[dev] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        status = fn(dev, stream, ws.data_ptr(), WORKSPACE_BYTES, *args)
+        if status != 0:
+            raise RuntimeError(f"{what}: {self.lib.tfo_lt_status_string(status).decode()}")
+
+    def mlp_up_gelu(self, x, w1):
+        """g, h (..., N) = GELU_tanh(x w1^T), x w1^T for x (..., K), w1 (N, K)."""
+        _operands(x=x, w1=w1)
+        if x.dim() < 2 or w1.dim() != 2 or w1.shape[1] != x.shape[-1]:
+            raise ValueError(f"x must be (..., K) and w1 (N, K), got {tuple(x.shape)} and {tuple(w1.shape)}")
+        K, N = x.shape[-1], w1.shape[0]
+        _multiples_of_8(K=K, N=N)
+        g = x.new_empty(*x.shape[:-1], N)
+        h = torch.empty_like(g)
+        if g.numel():
+            self._call(self.lib.tfo_lt_up_gelu, "mlp_up_gelu (GELU_AUX)", x.device, x.data_ptr(), w1.data_ptr(),
+                       g.data_ptr(), h.data_ptr(), x.numel() // K, N, K)
+        return g, h
+
+    def mlp_dgelu(self, dy, w2, h):
+        """dh (..., N) = (dy w2) * GELU_tanh'(h) for dy (..., C), w2 (C, N), h (..., N)."""
+        _operands(dy=dy, w2=w2, h=h)
+        if dy.dim() < 2 or w2.dim() != 2 or w2.shape[0] != dy.shape[-1]:
+            raise ValueError(f"dy must be (..., C) and w2 (C, N), got {tuple(dy.shape)} and {tuple(w2.shape)}")
+        C, N = dy.shape[-1], w2.shape[-1]
+        M = dy.numel() // C if C else 0
+        if h.shape[-1] != N or h.numel() != M * N:
+            raise ValueError(f"h must be (..., {N}) matching dy's leading dims, got {tuple(h.shape)}")
+        _multiples_of_8(C=C, N=N)
+        dh = torch.empty_like(h)
+        if dh.numel():
+            self._call(self.lib.tfo_lt_dgelu, "mlp_dgelu (DGELU)", dy.device, dy.data_ptr(), w2.data_ptr(),
+                       h.data_ptr(), dh.data_ptr(), M, N, C)
+        return dh
+
+    def plan_count(self) -> int:
+        return self.lib.tfo_lt_plan_count()
+
+    def plans(self) -> list[float]:
+        """Every plan made, PLAN_FIELDS numbers a plan, flat."""
+        room = max(self.plan_count(), 1)
+        while True:
+            out = (ctypes.c_double * (PLAN_FIELDS * room))()
+            n = self.lib.tfo_lt_plans(out, room)
+            if n <= room:  # another thread may have made plans since the count
+                return list(out[:PLAN_FIELDS * n])
+            room = n
+
+    def cublaslt_version(self) -> int:
+        return self.lib.tfo_lt_version()
+
+
+def _operands(**tensors) -> None:
+    """Each operand a contiguous, 16-byte-aligned bf16 CUDA tensor, all on one device (cuBLASLt's
+    rules for these epilogues)."""
+    devices = {t.device for t in tensors.values()}
+    for name, t in tensors.items():
+        if not t.is_cuda or t.dtype != torch.bfloat16 or not t.is_contiguous() or t.data_ptr() % 16:
+            raise ValueError(f"{name} must be a contiguous, 16-byte-aligned bfloat16 CUDA tensor, got {t.dtype} "
+                             f"on {t.device}{'' if t.is_contiguous() else ', not contiguous'}")
+    if len(devices) > 1:
+        raise ValueError(f"{', '.join(tensors)} on different devices: {sorted(map(str, devices))}")
+
+
+def _multiples_of_8(**dims) -> None:
+    for name, n in dims.items():
+        if n % 8:
+            raise ValueError(f"{name} = {n} must be a multiple of 8 (cuBLASLt's rule for the aux's leading dimension)")
 
 
 @functools.cache
-def _ext():
-    """The built extension, looked up once (not under cuda_build's lock on every call)."""
-    return cuda_build.load(ext=EXTENSION)
+def _ext() -> Library:
+    """The built library, looked up once (not under cuda_build's lock on every call)."""
+    return Library(cuda_build.load(ext=EXTENSION))
 
 
 def plans() -> list[tuple]:
     """Every cuBLASLt plan this process made: (epilogue, m, n, k, heuristic rank chosen, candidates
     timed, median µs, the heuristic's first choice's µs), as cuBLASLt sees the product."""
     flat = _ext().plans()
-    return [(*map(int, flat[i:i + 6]), *flat[i + 6:i + 8]) for i in range(0, len(flat), 8)]
+    return [(*map(int, flat[i:i + 6]), *flat[i + 6:i + PLAN_FIELDS]) for i in range(0, len(flat), PLAN_FIELDS)]
 
 
 def require(device=None) -> None:

@@ -1,6 +1,7 @@
 """Build and load our torch extensions through load_inline: the CUDA kernels (kernels/*.cu, one
 extension; the torch side lives in BINDING below) and any other `Extension` (the Triton
-attention's C++ front, kernels/triton_attention_op.py).
+attention's C++ front, kernels/triton_attention_op.py; the cuBLASLt MLP, a C library that
+kernels/cublaslt_mlp.py calls through ctypes).
 
 The .cu files are plain CUDA (launchers on raw pointers). A build is lazy (first `load()`), keyed
 by a hash of every source, the build flags, torch's version and the device arch, and cached in
@@ -8,6 +9,7 @@ $TORCH_EXTENSIONS_DIR (default ~/.cache/transformerop/torch_extensions), so a se
 imports the cached .so instead of rebuilding. `build_info()` says whether the load was cold
 (compiled) or warm and how long it took. Waiting on another process's build: kernels/build_lock.py.
 """
+import ctypes
 import hashlib
 import importlib.util
 import inspect
@@ -133,15 +135,16 @@ class Extension:
     """One torch extension: its name's prefix, what it is (for messages), its sources as
     () -> (C++ sources, CUDA sources), the functions it exports to Python, and the libraries it
     links beyond torch's as () -> (include dirs, linker flags), asked at build time only. With
-    `ops`, an op library instead of a Python module: its sources include their own headers and
-    register `functions` in TORCH_LIBRARY(ops, ...); load() returns torch.ops.<ops> (no pybind11
-    and no torch/extension.h to compile: a far shorter first build)."""
+    `c_library`, a plain shared library instead of a Python module: its sources include only the
+    headers they use (no torch header, no pybind11: a first build of a fraction of a second where
+    torch's headers alone take seconds) and export `functions` as extern "C"; load() returns its
+    ctypes.CDLL."""
     prefix: str
     what: str
     sources: Callable[[], tuple[list[str], list[str]]]
     functions: tuple
     libraries: Callable[[], tuple[list[str], list[str]]] = lambda: ([], [])
-    ops: str = ""
+    c_library: bool = False
 
     @property
     def needs_nvcc(self) -> bool:
@@ -205,9 +208,8 @@ def _cached_build(arch: str, ext: Extension = KERNELS):
 
 
 def _import_so(name: str, so: Path, ext: Extension = KERNELS):
-    if ext.ops:  # an op library: its TORCH_LIBRARY block registers the ops as it loads
-        torch.ops.load_library(str(so))
-        return getattr(torch.ops, ext.ops)
+    if ext.c_library:
+        return ctypes.CDLL(str(so))
     spec = importlib.util.spec_from_file_location(name, so)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -245,18 +247,18 @@ def _build(name: str, arch: str, build_dir: Path, verbose: bool, ext: Extension)
     from torch.utils.cpp_extension import load_inline
     cpp, cu = ext.sources()
     includes, ldflags = ext.libraries()
-    kwargs = dict(name=name, cpp_sources=cpp, cuda_sources=cu, functions=None if ext.ops else list(ext.functions),
-                  with_cuda=True, extra_cflags=["-O3"], extra_cuda_cflags=cuda_flags(arch),
-                  extra_include_paths=includes, extra_ldflags=ldflags, build_directory=str(build_dir),
-                  verbose=verbose, is_python_module=not ext.ops)
+    kwargs = dict(name=name, cpp_sources=cpp, cuda_sources=cu,
+                  functions=None if ext.c_library else list(ext.functions), with_cuda=True, extra_cflags=["-O3"],
+                  extra_cuda_cflags=cuda_flags(arch), extra_include_paths=includes, extra_ldflags=ldflags,
+                  build_directory=str(build_dir), verbose=verbose, is_python_module=not ext.c_library)
     if "no_implicit_headers" in inspect.signature(load_inline).parameters:
-        # keeps torch headers out of the .cu (much faster nvcc) and, for an op library, out of
-        # its C++ too: it includes the few it uses
+        # keeps torch headers out of the .cu (much faster nvcc) and, for a C library, out of its
+        # C++ too
         kwargs["no_implicit_headers"] = True
     claim(build_dir)
     try:
-        built = load_inline(**kwargs)
-        return getattr(torch.ops, ext.ops) if ext.ops else built  # an op library is loaded as it builds
+        built = load_inline(**kwargs)  # a C library's: the path of its .so
+        return ctypes.CDLL(built) if ext.c_library else built
     except RuntimeError as e:
         # torch puts ninja's whole output (every compiler message) in the error: keep all of it
         raise RuntimeError(f"building {ext.what} in {build_dir} failed:\n{e}") from e
