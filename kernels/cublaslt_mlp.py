@@ -17,6 +17,7 @@ import ctypes
 import functools
 import glob
 import os
+import threading
 from pathlib import Path
 
 import torch
@@ -69,6 +70,7 @@ class Library:
         lib.tfo_lt_plans.argtypes, lib.tfo_lt_plans.restype = [ctypes.POINTER(ctypes.c_double), _I64], _I64
         lib.tfo_lt_version.argtypes, lib.tfo_lt_version.restype = [], _I64
         self.workspaces = {}  # device index -> its workspace, kept for the process
+        self.lock = threading.Lock()
 
     def _call(self, fn, what: str, device: torch.device, *args) -> None:
         dev = device.index if device.index is not None else torch.cuda.current_device()
@@ -77,7 +79,10 @@ class Library:
             if torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(f"{what}: the first call on cuda:{dev} must happen outside CUDA graph capture "
                                    "(it makes the workspace and the cuBLASLt handle; warmups() does it)")
-            ws = self.workspaces[dev] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+            with self.lock:  # a warm-up thread and the job's may both come first
+                ws = self.workspaces.get(dev)
+                if ws is None:
+                    ws = self.workspaces[dev] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         stream = torch.cuda.current_stream(dev).cuda_stream
         status = fn(dev, stream, ws.data_ptr(), WORKSPACE_BYTES, *args)
         if status != 0:
