@@ -134,7 +134,7 @@ def device_arch(device=None) -> str:
 class Extension:
     """One torch extension: its name's prefix, what it is (for messages), its sources as
     () -> (C++ sources, CUDA sources), the functions it exports to Python, and the libraries it
-    links beyond torch's as () -> (include dirs, linker flags), asked at build time only. With
+    links beyond torch's as () -> (include dirs, linker flags), asked only when a build is due. With
     `c_library`, a plain shared library instead of a Python module: its sources include only the
     headers they use (no torch header, no pybind11: a first build of a fraction of a second where
     torch's headers alone take seconds) and export `functions` as extern "C"; `libraries` finds
