@@ -7,8 +7,9 @@
 #   checks             kernel build (cold, then warm), every GPU test, task=validate
 #   validate           task=validate alone
 #   parity             Shakespeare through triton vs sdpa, same steps
-#   speedrun [best]    the study's best settings as a user runs them (one fresh process, W&B on),
-#                      then (unless `best`) its lever sweep (each job a fresh process)
+#   speedrun [best]    the study's best settings as a user runs them: on a fresh machine (empty Triton
+#                      and extension caches, twice) and warm (one fresh process, W&B on), then (unless
+#                      `best`) its lever sweep (each job a fresh process)
 #   levers             the GPU tests of the speedrun's levers and of the attention's packed-gradient and
 #                      atomic-dQ backwards, then attention_kernels' triton rows with attention.dq=atomic
 #   search [N]         the speedrun's Optuna search (hparams_search=speedrun, N trials; the `search`
@@ -40,11 +41,18 @@ case "$stage" in
   validate)
     $py run.py task=validate logger=none hydra.run.dir=outputs/gpu_validate 2>&1 | log ;;
   speedrun)  # first as the image is (no bytecode), then a short untimed run that writes bytecode and
-             # Triton's kernel cache, then the best settings twice and (unless `best`) the lever sweep
+             # Triton's kernel cache, then a fresh machine after its pip install (bytecode written,
+             # empty Triton and extension caches of their own) twice, the best settings twice and
+             # (unless `best`) the lever sweep
     PYTHONDONTWRITEBYTECODE=1 env -u PYTHONPYCACHEPREFIX $py run.py experiment=speedrun train.progress=false \
       hydra.run.dir=outputs/gpu_speedrun_nobytecode 2>&1 | log
     $py run.py experiment=speedrun train.max_iters=20 train.profile=false logger=none train.progress=false \
       hydra.run.dir=/tmp/speedrun_warm >/dev/null 2>&1
+    for i in 1 2; do
+      fresh="$(mktemp -d)"
+      TRITON_CACHE_DIR="$fresh/triton" TORCH_EXTENSIONS_DIR="$fresh/extensions" $py run.py experiment=speedrun \
+        train.progress=false logger=none hydra.run.dir=outputs/gpu_speedrun_fresh$i 2>&1 | log
+    done
     for i in 1 2; do
       $py run.py experiment=speedrun train.progress=false hydra.run.dir=outputs/gpu_speedrun_best$i 2>&1 | log
     done
