@@ -94,7 +94,7 @@ def run_isolated(cfg, job_dir: Path, overrides: list, group: str, num: int) -> d
         tracker = tracking.Tracker(cfg, job_dir, cfg.task.name, overrides, group, [], env[NAME_ENV])
         tracker.start()
         err = {"type": "ChildProcessError", "message": f"the job's process exited with code {code} without a "
-               f"record (its output is above and in {job_dir / 'run.log'})", "traceback": ""}
+               f"record (its output is above and in {job_dir / tracking.CONSOLE})", "traceback": ""}
         import torch
 
         from .runtime import env_info
