@@ -15,76 +15,41 @@ torch side.
 """
 import ctypes
 import functools
+import glob
 import os
-import threading
 from pathlib import Path
 
 import torch
-
-from transformerop.model.attention.base import BackendUnavailable
 
 from . import cuda_build
 
 SOURCE = Path(__file__).with_suffix(".cpp")
 
 
-def _wheel_roots() -> list[Path]:
-    """The nvidia-* wheels' roots (nvidia/cu13/, or nvidia/cublas/, nvidia/cuda_runtime/, ... for
-    CUDA 12), which a CUDA build of torch brings in part."""
+def _cublaslt() -> tuple[list[str], list[str]]:
+    """(include dirs, linker flags) for cuBLASLt: the CUDA toolkit's, else the nvidia-cublas wheel's
+    that a CUDA build of torch brings."""
+    from torch.utils.cpp_extension import CUDA_HOME
+    if CUDA_HOME and (Path(CUDA_HOME) / "include" / "cublasLt.h").exists():
+        return [], ["-lcublasLt"]
     try:
         import nvidia
+        roots = list(nvidia.__path__)
     except ImportError:
-        return []
-    return [p for path in nvidia.__path__ for p in sorted(Path(path).glob("*/"))]
-
-
-def _cuda_roots() -> list[Path]:
-    """Where CUDA's headers and libraries may be, in this order: the CUDA toolkit (CUDA_HOME,
-    CUDA_PATH, /usr/local/cuda), then the nvidia-* wheels."""
-    from torch.utils.cpp_extension import CUDA_HOME
-    roots = []
-    for home in dict.fromkeys(h for h in (CUDA_HOME, os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
-                                          "/usr/local/cuda") if h):
-        roots += [Path(home), *sorted(Path(home).glob("targets/*"))]
-    return roots + _wheel_roots()
-
-
-def _find(headers: tuple, library: str) -> tuple[str, str] | None:
-    """(include dir, shared library) from the first root that holds all the headers and the library."""
-    for root in _cuda_roots():
-        if all((root / "include" / h).exists() for h in headers):
-            for lib_dir in ("lib64", "lib"):
-                found = sorted((root / lib_dir).glob(f"{library}.so*"))
-                if found:
-                    return str(root / "include"), str(found[0])
-    return None
-
-
-# what the C library compiles and links against: cuBLASLt's header includes the runtime's, and
-# those include crt/ and CCCL's nv/ headers (in the CUDA 13 wheels: nvidia-cuda-crt's and
-# nvidia-cuda-cccl's, which a CUDA build of torch need not bring)
-NEEDS = {"cuBLASLt": (("cublasLt.h",), "libcublasLt"),
-         "the CUDA runtime": (("cuda_runtime_api.h", "crt/host_defines.h", "nv/target"), "libcudart")}
-
-
-def _toolchain() -> tuple[list[str], list[str]]:
-    """(include dirs, linker flags) for cuBLASLt and the CUDA runtime, all the C library needs
-    beyond a C++ compiler (no nvcc). BackendUnavailable, in one line, where either is missing."""
-    found = {what: _find(*files) for what, files in NEEDS.items()}
-    missing = [what for what, f in found.items() if f is None]
-    if missing:
-        raise BackendUnavailable(f"model.cublaslt_mlp=true needs the headers and library of {' and '.join(missing)} "
-                                 "(the CUDA toolkit, or pip install nvidia-cublas nvidia-cuda-runtime nvidia-cuda-crt "
-                                 "nvidia-cuda-cccl)")
-    includes = list(dict.fromkeys(inc for inc, _ in found.values()))
-    libs = [lib for _, lib in found.values()]
-    return includes, libs + [f"-Wl,-rpath,{d}" for d in dict.fromkeys(str(Path(lib).parent) for lib in libs)]
+        roots = []
+    for root in roots:
+        for header in glob.glob(os.path.join(root, "**", "include", "cublasLt.h"), recursive=True):
+            base = Path(header).parent.parent
+            libs = sorted(glob.glob(str(base / "lib" / "libcublasLt.so*")))
+            if libs:
+                return [str(Path(header).parent)], [libs[0], f"-Wl,-rpath,{Path(libs[0]).parent}"]
+    return [], ["-lcublasLt"]
 
 
 FUNCTIONS = ("tfo_lt_up_gelu", "tfo_lt_dgelu", "tfo_lt_status_string", "tfo_lt_plan_count", "tfo_lt_plans",
              "tfo_lt_version")  # the C library's exports
 EXTENSION = cuda_build.Extension("tfo_cublaslt_mlp", "the cuBLASLt GELU matmuls", lambda: ([SOURCE.read_text()], []),
-                                 FUNCTIONS, _toolchain, c_library=True)
+                                 FUNCTIONS, _cublaslt, c_library=True)
 WORKSPACE_BYTES = 32 << 20  # what cuBLAS recommends on Hopper
 PLAN_FIELDS = 8  # numbers a plan: epilogue, m, n, k, rank chosen, candidates timed, its median us, the first's us
 _P, _I64, _SIZE = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t
@@ -104,7 +69,6 @@ class Library:
         lib.tfo_lt_plans.argtypes, lib.tfo_lt_plans.restype = [ctypes.POINTER(ctypes.c_double), _I64], _I64
         lib.tfo_lt_version.argtypes, lib.tfo_lt_version.restype = [], _I64
         self.workspaces = {}  # device index -> its workspace, kept for the process
-        self.lock = threading.Lock()
 
     def _call(self, fn, what: str, device: torch.device, *args) -> None:
         dev = device.index if device.index is not None else torch.cuda.current_device()
@@ -113,10 +77,7 @@ class Library:
             if torch.cuda.is_current_stream_capturing():
                 raise RuntimeError(f"{what}: the first call on cuda:{dev} must happen outside CUDA graph capture "
                                    "(it makes the workspace and the cuBLASLt handle; warmups() does it)")
-            with self.lock:  # a warm-up thread and the job's may both come first
-                ws = self.workspaces.get(dev)
-                if ws is None:
-                    ws = self.workspaces[dev] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+            ws = self.workspaces[dev] = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         stream = torch.cuda.current_stream(dev).cuda_stream
         status = fn(dev, stream, ws.data_ptr(), WORKSPACE_BYTES, *args)
         if status != 0:

@@ -134,12 +134,11 @@ def device_arch(device=None) -> str:
 class Extension:
     """One torch extension: its name's prefix, what it is (for messages), its sources as
     () -> (C++ sources, CUDA sources), the functions it exports to Python, and the libraries it
-    links beyond torch's as () -> (include dirs, linker flags), asked only when a build is due. With
+    links beyond torch's as () -> (include dirs, linker flags), asked at build time only. With
     `c_library`, a plain shared library instead of a Python module: its sources include only the
     headers they use (no torch header, no pybind11: a first build of a fraction of a second where
-    torch's headers alone take seconds) and export `functions` as extern "C"; `libraries` finds
-    every header and library it needs (BackendUnavailable where one is missing), so no CUDA
-    toolkit is needed; load() returns its ctypes.CDLL."""
+    torch's headers alone take seconds) and export `functions` as extern "C"; load() returns its
+    ctypes.CDLL."""
     prefix: str
     what: str
     sources: Callable[[], tuple[list[str], list[str]]]
@@ -187,9 +186,7 @@ def require_cuda(what: str, device=None, ext: Extension = KERNELS) -> None:
     if ext.needs_nvcc and find_nvcc() is None:
         raise BackendUnavailable(f"{what} needs nvcc to build its kernels (no CUDA toolkit: set CUDA_HOME or PATH)")
     from torch.utils.cpp_extension import CUDA_HOME
-    if ext.c_library:
-        ext.libraries()  # a C library finds its own headers and libraries, or says which are missing
-    elif not CUDA_HOME:
+    if not CUDA_HOME:
         raise BackendUnavailable(f"{what} needs the CUDA toolkit's headers to build (set CUDA_HOME)")
     if shutil.which("ninja") is None:
         raise BackendUnavailable(f"{what} needs ninja to build its kernels (pip install ninja)")
@@ -250,9 +247,8 @@ def _build(name: str, arch: str, build_dir: Path, verbose: bool, ext: Extension)
     from torch.utils.cpp_extension import load_inline
     cpp, cu = ext.sources()
     includes, ldflags = ext.libraries()
-    # a C library is plain C++ on the libraries it names: no CUDA toolkit needed to build it
-    kwargs = dict(name=name, cpp_sources=cpp, cuda_sources=cu, functions=None if ext.c_library else list(ext.functions),
-                  with_cuda=not ext.c_library, extra_cflags=["-O3"],
+    kwargs = dict(name=name, cpp_sources=cpp, cuda_sources=cu,
+                  functions=None if ext.c_library else list(ext.functions), with_cuda=True, extra_cflags=["-O3"],
                   extra_cuda_cflags=cuda_flags(arch), extra_include_paths=includes, extra_ldflags=ldflags,
                   build_directory=str(build_dir), verbose=verbose, is_python_module=not ext.c_library)
     if "no_implicit_headers" in inspect.signature(load_inline).parameters:

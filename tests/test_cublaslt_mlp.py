@@ -110,81 +110,66 @@ def test_build_is_keyed_by_its_source():
     assert not lt.EXTENSION.needs_nvcc  # C++ on cuBLASLt: a host compiler, CUDA's and cuBLASLt's headers
 
 
-def _toolchain_or_skip():
-    from kernels.cublaslt_mlp import _toolchain
-    from transformerop.model.attention import BackendUnavailable
-    if shutil.which("g++") is None:
-        pytest.skip("needs a C++ compiler")
-    try:
-        return _toolchain()
-    except BackendUnavailable as e:
-        pytest.skip(str(e))
+def _cublaslt_include():
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    from kernels.cublaslt_mlp import _cublaslt
+    includes, _ = _cublaslt()
+    for d in [*includes, f"{CUDA_HOME or '/usr/local/cuda'}/include"]:
+        if (Path(d) / "cublasLt.h").exists():
+            return d
+    return None
 
 
-def test_source_compiles_without_torch_and_exports_what_python_binds(tmp_path):
-    """The C library compiles against the headers its build finds (CUDA's and cuBLASLt's) and no
-    torch include path, so a torch header slipped into it fails here (its first build would take
-    seconds again); its extern "C" functions are exactly those kernels/cublaslt_mlp.py binds."""
-    from kernels.cublaslt_mlp import FUNCTIONS
-    includes, _ = _toolchain_or_skip()
-    if shutil.which("nm") is None:
-        pytest.skip("needs nm")
-    obj = tmp_path / "lt.o"
-    cmd = ["g++", "-std=c++17", "-c", "-Werror=return-type", *(f"-I{i}" for i in includes), str(SOURCE), "-o", str(obj)]
+def _cuda_include():
+    from torch.utils.cpp_extension import CUDA_HOME
+    d = Path(CUDA_HOME or "/usr/local/cuda") / "include"
+    return str(d) if (d / "cuda_runtime_api.h").exists() else None
+
+
+@pytest.fixture(scope="module")
+def c_library(tmp_path_factory):
+    """The C library as g++ builds it from its source with CUDA's and cuBLASLt's headers alone (no
+    torch include path), linked to the CUDA runtime and cuBLASLt where both are found."""
+    if None in (shutil.which("g++"), shutil.which("nm"), _cublaslt_include(), _cuda_include()):
+        pytest.skip("needs g++, nm, CUDA's runtime header and cuBLASLt's (the CUDA toolkit's or the nvidia-cublas "
+                    "wheel's)")
+    from kernels.cublaslt_mlp import _cublaslt
+    out = tmp_path_factory.mktemp("lt")
+    incs = [f"-I{_cuda_include()}", f"-I{_cublaslt_include()}"]
+    cmd = ["g++", "-std=c++17", "-c", "-fPIC", "-Werror=return-type", *incs, str(SOURCE), "-o", str(out / "lt.o")]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
-    nm = subprocess.run(["nm", "--defined-only", "-g", str(obj)], capture_output=True, text=True, check=True)
+    cudart = sorted(Path(_cuda_include()).parent.glob("**/libcudart.so*"))
+    _, cublaslt_flags = _cublaslt()
+    so = out / "lt.so"
+    linked = bool(cudart) and subprocess.run(["g++", "-shared", str(out / "lt.o"), "-o", str(so), *cublaslt_flags,
+                                              str(cudart[0])], capture_output=True).returncode == 0
+    return out / "lt.o", so if linked else None
+
+
+def test_source_compiles_without_torch_and_exports_what_python_binds(c_library):
+    """A torch header slipped into the source fails the compile (its first build would take
+    seconds again); its extern "C" functions are exactly those kernels/cublaslt_mlp.py binds."""
+    from kernels.cublaslt_mlp import FUNCTIONS
+    nm = subprocess.run(["nm", "--defined-only", "-g", str(c_library[0])], capture_output=True, text=True, check=True)
     exported = {line.split()[-1] for line in nm.stdout.splitlines() if line.split()[-1].startswith("tfo_")}
     assert exported == set(FUNCTIONS), exported ^ set(FUNCTIONS)
 
 
-@pytest.mark.parametrize("roots", ["found", "wheels only"])
-def test_the_build_a_job_runs_makes_a_library_that_answers_through_ctypes(tmp_path, monkeypatch, roots):
-    """cuda_build's own build of the C library (load_inline, no nvcc: a CPU build of torch builds
-    it too) from what the search finds, and from the nvidia-* wheels alone (no CUDA toolkit),
-    loaded, and the calls that need no GPU made through the same ctypes bindings as the MLP's:
-    cuBLASLt's version, no plans yet, the status lines errors carry."""
-    from kernels import cublaslt_mlp as lt
-    if roots == "wheels only":
-        monkeypatch.setattr(lt, "_cuda_roots", lt._wheel_roots)
-    _toolchain_or_skip()
-    if shutil.which("ninja") is None:
-        pytest.skip("needs ninja")
-    lib = lt.Library(cuda_build._build(f"tfo_cublaslt_mlp_{roots.split()[0]}", "90", tmp_path, False, lt.EXTENSION))
+def test_the_library_loads_and_answers_through_ctypes(c_library):
+    """The calls that need no GPU, through the same ctypes bindings as the MLP's: cuBLASLt's
+    version, no plans yet, and the status lines the errors carry."""
+    import ctypes
+
+    from kernels.cublaslt_mlp import Library
+    if c_library[1] is None:
+        pytest.skip("the CUDA runtime library was not found to link against")
+    lib = Library(ctypes.CDLL(str(c_library[1])))
     assert lib.cublaslt_version() >= 130000  # the nvidia-cublas>=13 the extra asks for
     assert lib.plan_count() == 0 and lib.plans() == []
     assert b"no algorithm" in lib.lib.tfo_lt_status_string(15)  # CUBLAS_STATUS_NOT_SUPPORTED
     assert b"outside CUDA graph capture" in lib.lib.tfo_lt_status_string(-1)
-
-
-def _planted_root(root: Path, files: dict) -> Path:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
-
-
-def test_the_toolchain_is_found_where_a_toolkit_or_torchs_wheels_put_it(tmp_path, monkeypatch):
-    """A toolkit's layout (include/, lib64/) without cuBLASLt's library and a wheel's (include/,
-    lib/) with it but without the headers the runtime's include (crt/, nv/): each header set taken
-    from the root that has it whole, with the library beside it, rpaths to both; nothing anywhere:
-    one line naming both and how to get them."""
-    from kernels import cublaslt_mlp as lt
-    from transformerop.model.attention import BackendUnavailable
-    toolkit = _planted_root(tmp_path / "cuda", {"include/cuda_runtime_api.h": "", "include/crt/host_defines.h": "",
-                                                "include/nv/target": "", "lib64/libcudart.so.13": "",
-                                                "include/cublasLt.h": ""})
-    wheel = _planted_root(tmp_path / "cu13", {"include/cublasLt.h": "", "lib/libcublasLt.so.13": "",
-                                              "include/cuda_runtime_api.h": "", "lib/libcudart.so.13": ""})
-    monkeypatch.setattr(lt, "_cuda_roots", lambda: [toolkit, wheel])
-    includes, flags = lt._toolchain()
-    assert includes == [str(wheel / "include"), str(toolkit / "include")]
-    assert flags == [str(wheel / "lib/libcublasLt.so.13"), str(toolkit / "lib64/libcudart.so.13"),
-                     f"-Wl,-rpath,{wheel / 'lib'}", f"-Wl,-rpath,{toolkit / 'lib64'}"]
-    monkeypatch.setattr(lt, "_cuda_roots", lambda: [tmp_path / "nothing"])
-    with pytest.raises(BackendUnavailable, match=r"needs the headers and library of cuBLASLt and the CUDA runtime "
-                                                 r"\(the CUDA toolkit, or pip install nvidia-cublas"):
-        lt._toolchain()
 
 
 # ---------------------------------------------------------------- GPU (run on the device)
