@@ -34,7 +34,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
          BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr,
          ADD_ONCE: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_LN_B: tl.constexpr, DOT: tl.constexpr,
          PREC: tl.constexpr, STAGES: tl.constexpr, SPAN: tl.constexpr, PRE_FC: tl.constexpr,
-         PRE_P2: tl.constexpr, REPS: tl.constexpr):
+         PRE_P2: tl.constexpr, REPS: tl.constexpr, PACKED: tl.constexpr):
     """The whole MLP in one phase: each program takes tiles of SPAN hidden units (_tile_rows),
     h = GELU(LN2(X) W_fc^T (+b)) for them (X: the stream slot x +
     attention), and adds their share h W_proj2[:, units]^T into the next slot XM with fp32
@@ -70,7 +70,7 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
         s1 = tl.zeros([B_PAD], dtype=tl.float32)  # FOLD: the tile's rows' sums, chunk by chunk
         s2 = s1
         if PRE_FC:
-            w = _first_chunk(wfc_pre, tile == pid, W_FC, r0, r_end, C, BN, BK)
+            w = _first_chunk(wfc_pre, tile == pid, W_FC, r0, r_end, C, BN, BK, PACKED)
             x, s1, s2 = _tile_input(0, x_whole, s1, s2, mean, rstd, X, XM, FOLD_B, (tile == 0) * (pid == 0),
                                     tile == pid, tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, C, B_PAD, BK, ONE,
                                     WHOLE, FOLD, HAS_BIAS, HAS_LN_B, 1)
@@ -84,16 +84,16 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
             elif AHEAD:  # next: this tile's next chunk of W_fc, or its first of W_P2T
                 w = w_next
                 if k0 + BK < C:
-                    w_next = _block(W_FC, r0, r_end, k0 + BK, C, C, BN, BK)
+                    w_next = _block(W_FC, r0, r_end, k0 + BK, C, C, BN, BK, PACKED)
                 else:
-                    w_next = _block(W_P2T, r0, r_end, 0, C, C, BN, BK)
+                    w_next = _block(W_P2T, r0, r_end, 0, C, C, BN, BK, PACKED)
             else:
-                w = _block(W_FC, r0, r_end, k0, C, C, BN, BK)
+                w = _block(W_FC, r0, r_end, k0, C, C, BN, BK, PACKED)
             acc = _product(acc, w, x, DOT, PREC)
         h = _tile_output(acc, s1, s2, mean, rstd, U, B_FC, offs_n, n_ok, eps, 4 * C, C, DOT, FOLD, WHOLE, HAS_BIAS)
         h = 0.5 * h * (1.0 + tl.math.erf(h * 0.7071067811865476))  # exact (erf) GELU, as F.gelu
         if PRE_P2:
-            w2 = _first_chunk(wp2_pre, tile == pid, W_P2T, r0, r_end, C, BN, BC)
+            w2 = _first_chunk(wp2_pre, tile == pid, W_P2T, r0, r_end, C, BN, BC, PACKED)
             total = _share(XA, h, w2, 0, total, NB, C, B_PAD, BC, ADD_ONCE, DOT, PREC)
         for c0 in tl.range(PRE_P2 * BC, C, BC, num_stages=STAGES):
             if ONE:
@@ -101,12 +101,12 @@ def _mlp(pid, nprog, wfc_pre, wp2_pre, X, XM, FOLD_B, XS, W_FC, B_FC, U, W_P2T, 
             elif AHEAD:  # next: this tile's next chunk of W_P2T, or the first of W_fc of its next tile
                 w2 = w_next
                 if c0 + BC < C:
-                    w_next = _block(W_P2T, r0, r_end, c0 + BC, C, C, BN, BC)
+                    w_next = _block(W_P2T, r0, r_end, c0 + BC, C, C, BN, BC, PACKED)
                 else:
                     r1, r1_end = _tile_rows(tile + nprog, 4 * C, 4 * C, SPAN)
-                    w_next = _block(W_FC, r1, r1_end, 0, C, C, BN, BK)
+                    w_next = _block(W_FC, r1, r1_end, 0, C, C, BN, BK, PACKED)
             else:
-                w2 = _block(W_P2T, r0, r_end, c0, C, C, BN, BC)
+                w2 = _block(W_P2T, r0, r_end, c0, C, C, BN, BC, PACKED)
             total = _share(XA, h, w2, c0, total, NB, C, B_PAD, BC, ADD_ONCE, DOT, PREC)
     if ADD_ONCE and pid < tiles:  # the program's tiles' shares, summed in registers: one atomic add a column
         offs_c = tl.arange(0, BC)

@@ -23,20 +23,27 @@ NEG = tl.constexpr(-1.0e30)  # a finite "minus infinity": exp(NEG - NEG) must no
 
 
 @triton.jit
-def _block(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr):
-    """The block W[r0:r_end, c0:c_end] (row stride ld) padded to (BN, BK) with zeros."""
-    offs_n = r0 + tl.arange(0, BN)
+def _block(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, PACKED: tl.constexpr):
+    """The block W[r0:r_end, c0:c_end] (row stride ld) padded to (BN, BK) with zeros. PACKED: W is
+    stored chunk by chunk (decode/persistent.py's pack_chunks), so that this block, r0 a multiple of
+    BN and c0 of BK, is one run of BN * BK weights: whole DRAM pages, where a row-major block is
+    BN runs of BK weights each a row apart."""
+    offs_n = tl.arange(0, BN)
     offs_k = c0 + tl.arange(0, BK)
-    return tl.load(W + offs_n[:, None] * ld + offs_k[None, :],
-                   mask=(offs_n < r_end)[:, None] & (offs_k < c_end)[None, :], other=0.0)
+    if PACKED:
+        ptrs = W + r0 * ld + c0 * BN + offs_n[:, None] * BK + (offs_k - c0)[None, :]
+    else:
+        ptrs = W + (r0 + offs_n)[:, None] * ld + offs_k[None, :]
+    return tl.load(ptrs, mask=(r0 + offs_n < r_end)[:, None] & (offs_k < c_end)[None, :], other=0.0)
 
 
 @triton.jit
-def _weights(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, LOAD: tl.constexpr):
+def _weights(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, LOAD: tl.constexpr,
+             PACKED: tl.constexpr):
     """The block W[r0:r_end, c0:c_end] padded to (BN, BK) when LOAD (the phase's first chunk,
     loaded at the barrier); else nothing worth loading (the phase loads its chunks itself)."""
     if LOAD:
-        w = _block(W, r0, r_end, c0, c_end, ld, BN, BK)
+        w = _block(W, r0, r_end, c0, c_end, ld, BN, BK, PACKED)
     else:
         w = tl.zeros([BN, BK], dtype=W.dtype.element_ty)
     return w
@@ -79,23 +86,23 @@ def _tile_rows(tile, N: tl.constexpr, GROUP: tl.constexpr, SPAN: tl.constexpr):
 
 @triton.jit
 def _next_chunk(W, tile, k0, nprog, N: tl.constexpr, K: tl.constexpr, GROUP: tl.constexpr, SPAN: tl.constexpr,
-                BN: tl.constexpr, BK: tl.constexpr):
+                BN: tl.constexpr, BK: tl.constexpr, PACKED: tl.constexpr):
     """The weight chunk after (tile, k0) in a program's walk over its tiles (AHEAD): the tile's
     next chunk, or the first of its next tile (nothing past the last tile)."""
     last = k0 + BK >= K
     r0, r_end = _tile_rows(tl.where(last, tile + nprog, tile), N, GROUP, SPAN)
     c0 = tl.where(last, 0, k0 + BK)
-    return _block(W, r0, r_end, c0, K, K, BN, BK)
+    return _block(W, r0, r_end, c0, K, K, BN, BK, PACKED)
 
 
 @triton.jit
-def _first_chunk(w_pre, first, W, r0, r_end, ld, BN: tl.constexpr, BK: tl.constexpr):
+def _first_chunk(w_pre, first, W, r0, r_end, ld, BN: tl.constexpr, BK: tl.constexpr, PACKED: tl.constexpr):
     """A tile's first weight chunk (PRE): the one loaded at the barrier for the program's first
     tile, else loaded now."""
     if first:
         w = w_pre
     else:
-        w = _block(W, r0, r_end, 0, ld, ld, BN, BK)
+        w = _block(W, r0, r_end, 0, ld, ld, BN, BK, PACKED)
     return w
 
 
@@ -157,7 +164,8 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
             H: tl.constexpr, W_CACHE: tl.constexpr, B_PAD: tl.constexpr, BN: tl.constexpr, SPAN: tl.constexpr,
             BK: tl.constexpr, ONE: tl.constexpr, AHEAD: tl.constexpr, FOLD: tl.constexpr, HAS_BIAS: tl.constexpr,
             HAS_LN_B: tl.constexpr, HAS_BIAS_OUT: tl.constexpr, QKV: tl.constexpr, DOT: tl.constexpr,
-            PREC: tl.constexpr, STAGES: tl.constexpr, PRE: tl.constexpr, REPS: tl.constexpr):
+            PREC: tl.constexpr, STAGES: tl.constexpr, PRE: tl.constexpr, REPS: tl.constexpr,
+            PACKED: tl.constexpr):
     """OUT[b, n] = LN(X[b]) . W[n, :] (+ BIAS[n]) for every row b < NB of the stream slot X (the sum
     of its REPS copies), over
     this program's tiles of BN outputs (w_pre: its first chunk, when ONE, AHEAD or PRE; U: FOLD's
@@ -187,7 +195,7 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
         s2 = s1
         fold = (tile == 0) * QKV  # program 0's first tile folds the slot into the next
         if PRE:
-            w = _first_chunk(w_pre, tile == pid, W, r0, r_end, K, BN, BK)
+            w = _first_chunk(w_pre, tile == pid, W, r0, r_end, K, BN, BK, PACKED)
             x, s1, s2 = _tile_input(0, x_whole, s1, s2, mean, rstd, X, NXT, FOLD_B, fold, tile == pid,
                                     tile + nprog < tiles, XS, LN_W, LN_B, eps, NB, K, B_PAD, BK, ONE, WHOLE, FOLD,
                                     HAS_BIAS, HAS_LN_B, REPS)
@@ -200,9 +208,9 @@ def _matvec(pid, nprog, w_pre, X, NXT, FOLD_B, XS, LN_W, LN_B, eps, W, BIAS, U, 
                 w = w_pre
             elif AHEAD:
                 w = w_next
-                w_next = _next_chunk(W, tile, k0, nprog, N, K, GROUP, SPAN, BN, BK)
+                w_next = _next_chunk(W, tile, k0, nprog, N, K, GROUP, SPAN, BN, BK, PACKED)
             else:
-                w = _block(W, r0, r_end, k0, K, K, BN, BK)
+                w = _block(W, r0, r_end, k0, K, K, BN, BK, PACKED)
             acc = _product(acc, w, x, DOT, PREC)
         out = _tile_output(acc, s1, s2, mean, rstd, U, BIAS, offs_n, n_ok, eps, N, K, DOT, FOLD, WHOLE, HAS_BIAS_OUT)
         out_ok = row_ok[:, None] & n_ok[None, :]

@@ -114,7 +114,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
                        AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr, SPAN_FC: tl.constexpr,
                        PRE_QKV: tl.constexpr, PRE_FC: tl.constexpr, PRE_P2: tl.constexpr, L2_NEXT: tl.constexpr,
-                       REPS: tl.constexpr):
+                       REPS: tl.constexpr, PACK_QKV: tl.constexpr, PACK_FC: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
@@ -172,8 +172,9 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             x_in = STREAM + 2 * layer * SLOT  # the layer's input slot; the attention adds into the next
             x_mid = x_in + SLOT
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 1, WORK, since, PHASES, PROFILE)
-            w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV or AHEAD or PRE_QKV)
-            wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O)
+            w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV or AHEAD or PRE_QKV,
+                         PACK_QKV)
+            wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O, False)
             k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
             if L2_NEXT:  # this phase's projection chunk, then the MLP's tile
@@ -184,30 +185,31 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             _matvec(pid, nprog, w, x_in, x_mid, B_O + layer * C, XS, LN1_W + layer * C, LN1_B + layer * C, eps,
                     W_QKV + layer * 3 * C * C, B_QKV + layer * 3 * C, fold_ln, QKV, kc, vc, CNT + layer * H, pos, NB,
                     3 * C, C, 3 * D, H, W_CACHE, B_PAD, BN_QKV, SPAN_QKV, BK_QKV, ONE_QKV, AHEAD, FOLD_QKV, HAS_BIAS,
-                    HAS_LN_B, HAS_BIAS, True, DOT, PREC, STAGES, PRE_QKV, REPS)
+                    HAS_LN_B, HAS_BIAS, True, DOT, PREC, STAGES, PRE_QKV, REPS, PACK_QKV)
             if PROFILE:  # the qkv tiles' share of the phase: the rest is the attention and its projection
                 tl.atomic_add(QKV_WORK + pid, tl.extra.cuda.globaltimer() - since, sem="relaxed")
             _attend(pid, nprog, wo, QKV, kc, vc, k_old, kv_first, CNT + layer * H, (i + 1) * TILES_PER_HEAD,
                     W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
                     BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD)
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 2, WORK, since, PHASES, PROFILE)
-            w = _weights(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC or PRE_FC)
-            w2 = _weights(W_P2T + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BC_FC, ONE_FC or PRE_P2)
+            w = _weights(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC or PRE_FC,
+                         PACK_FC)
+            w2 = _weights(W_P2T + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BC_FC, ONE_FC or PRE_P2, PACK_FC)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 2, PROF, since, PROFILE)
             if L2_NEXT:
                 _prefetch_l2(W_QKV + (layer + 1) % L * 3 * C * C, r0, r_end, 0, C, C, PREFETCH_LINES)
             _mlp(pid, nprog, w, w2, x_mid, x_mid + SLOT, B_P2 + layer * C, XS, W_FC + layer * 4 * C * C,
                  B_FC + layer * 4 * C, fold_ln + 6 * C, W_P2T + layer * 4 * C * C, LN2_W + layer * C,
                  LN2_B + layer * C, eps, NB, C, B_PAD_FC, BN_FC, BK_FC, BC_FC, ONE_FC, AHEAD_FC, FOLD_FC, ADD_ONCE,
-                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES, SPAN_FC, PRE_FC, PRE_P2, REPS)
+                 HAS_BIAS, HAS_LN_B, DOT_FC, PREC, STAGES, SPAN_FC, PRE_FC, PRE_P2, REPS, PACK_FC)
         logits = LOGITS + t * NB * V
         _arrive(BAR, k + PHASES - 1, WORK, since, PHASES, PROFILE)
-        w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V)
+        w = _weights(WTE, pid * BN_V, V, 0, C, C, BN_V, BK_V, ONE_V, False)
         since = _leave(BAR, k + PHASES - 1, PROF, since, PROFILE)
         x_out = STREAM + 2 * L * SLOT  # the last layer's output: nothing folds it further
         _matvec(pid, nprog, w, x_out, x_out, B_O, XS, LNF_W, LNF_B, eps, WTE, WTE, FOLD + L * 14 * C, logits, KC, VC,
                 CNT, pos, NB, V, C, V, H, W_CACHE, B_PAD, BN_V, BN_V, BK_V, ONE_V, False, FOLD_V, HAS_BIAS, HAS_LN_B,
-                False, False, DOT, PREC, STAGES, False, REPS)
+                False, False, DOT, PREC, STAGES, False, REPS, False)
         since = _grid_sync(BAR, k + PHASES, PROF, WORK, since, PHASES, PROFILE)
         _sample_embed(pid, nprog, logits, NOISE + t * NB * V, OUT, t, WTE, WPE, STREAM, pos + 1, temperature,
                       top_k, NB, V, C, L, TOTAL, W_CACHE, VP, CP, CH, GREEDY, TOP_K, REPS)

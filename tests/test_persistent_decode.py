@@ -83,6 +83,18 @@ for batch in (3, 1):  # each loop's first chunk before the pipelined loop (PRE_*
     ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
     mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
     print(f"PRE_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
+for batch in (3, 1):  # W_QKV, W_fc and W_P2T stored chunk by chunk (PACK_*), each chunk one run; at batch 1 one ahead
+    tiles = {{**plan(64, 4, 20, 64, batch, 1, by_hand=mlp(batch)), **loops, "AHEAD": batch == 1, "PACK_QKV": True,
+              "PACK_FC": True}}
+    ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
+    mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0)
+    print(f"PACKED_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
+dec = Decoder(m, "persistent", 1, 40 + 8, temperature=0)  # packed, then tiles that read rows: the rows come back
+rows = {{k: dec.runner.w[k].clone() for k in ("W_QKV", "W_FC", "W_P2T")}}
+dec.runner.set_tiles(tiles)
+moved = sum(not torch.equal(dec.runner.w[k], rows[k]) for k in rows)
+dec.runner.set_tiles({{**tiles, "PACK_QKV": False, "PACK_FC": False}})
+print("UNPACKED", moved, all(torch.equal(dec.runner.w[k], rows[k]) for k in rows))
 # the LayerNorms after the products (FOLD_*), both forms, tiled as above, with biases (c holds them)
 mb = model(True, 64, 64)
 for batch in (3, 1):
@@ -162,6 +174,10 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
     for batch, key in itertools.product((3, 1), ("SPAN", "PRE")):
         tokens, diff = lines[f"{key}_{batch}"].split()
         assert tokens == "True" and float(diff) < 1e-5, key
+    for batch in (3, 1):
+        tokens, diff = lines[f"PACKED_{batch}"].split()
+        assert tokens == "True" and float(diff) < 1e-5
+    assert lines["UNPACKED"] == "3 True"  # all three matrices were stored otherwise, and came back exactly
     for form, batch in itertools.product((1, 2), (3, 1)):  # c dropped from the folded epilogue moved logits by 0.5
         tokens, diff = lines[f"FOLD_{form}_{batch}"].split()
         assert tokens == "True" and float(diff) < 1e-5

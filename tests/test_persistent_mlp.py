@@ -20,20 +20,21 @@ import triton
 import triton.language as tl
 from kernels.triton_decode_mlp import _mlp
 from kernels.triton_decode_phases import _tile_rows, _weights
+from transformerop.decode.restack import pack_chunks
 
 
 @triton.jit
 def mlp_alone(X, XM, B_P2, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps, NB: tl.constexpr, C: tl.constexpr,
               B_PAD: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BC: tl.constexpr, ONE: tl.constexpr,
               AHEAD: tl.constexpr, FOLD: tl.constexpr, DOT: tl.constexpr, STAGES: tl.constexpr,
-              SPAN: tl.constexpr, PRE: tl.constexpr, REPS: tl.constexpr):
+              SPAN: tl.constexpr, PRE: tl.constexpr, REPS: tl.constexpr, PACKED: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     first, end = _tile_rows(pid, 4 * C, 4 * C, SPAN)
-    w = _weights(W_FC, first, end, 0, C, C, BN, BK, ONE or AHEAD or PRE)
-    w2 = _weights(W_P2T, first, end, 0, C, C, BN, BC, ONE or PRE)
+    w = _weights(W_FC, first, end, 0, C, C, BN, BK, ONE or AHEAD or PRE, PACKED)
+    w2 = _weights(W_P2T, first, end, 0, C, C, BN, BC, ONE or PRE, PACKED)
     _mlp(pid, nprog, w, w2, X, XM, B_P2, XS, W_FC, B_FC, U, W_P2T, LN_W, LN_B, eps, NB, C, B_PAD, BN, BK, BC, ONE,
-         AHEAD, FOLD, False, True, True, DOT, "ieee", STAGES, SPAN, PRE, PRE, REPS)
+         AHEAD, FOLD, False, True, True, DOT, "ieee", STAGES, SPAN, PRE, PRE, REPS, PACKED)
 
 
 torch.manual_seed(0)
@@ -49,18 +50,20 @@ h = 0.5 * h * (1 + torch.erf(h / 2 ** 0.5))
 want = d["x"] + h @ d["w_p2"].T + d["b_p2"]
 u = torch.cat([d["w_fc"] @ d["g"], d["w_fc"] @ d["beta"] + d["b_fc"]]).float()  # FOLD's u and c
 errors, copies = {}, {}
-for name, programs, bn, bk, one, ahead, fold, dot, span, reps, *pre in json.loads(sys.argv[1]):
+for name, programs, bn, bk, one, ahead, fold, dot, span, reps, *flags in json.loads(sys.argv[1]):
+    packed = "packed" in flags
+    w_fc_k, w_p2t_k = (pack_chunks(w, bn, bk) if packed else w for w in (w_fc, w_p2.T.contiguous()))
     xm = torch.zeros(reps, NB, C)
     xs = torch.zeros(programs, NB, C)
     b_pad = max(16, triton.next_power_of_2(NB)) if dot else triton.next_power_of_2(NB)
-    mlp_alone[(programs,)](x, xm, b_p2, xs, w_fc, b_fc, u, w_p2.T.contiguous(), g, beta, eps, NB, C, b_pad, bn, bk,
-                           bk, one, ahead, fold, dot, 2, span, bool(pre), reps)
+    mlp_alone[(programs,)](x, xm, b_p2, xs, w_fc_k, b_fc, u, w_p2t_k, g, beta, eps, NB, C, b_pad, bn, bk,
+                           bk, one, ahead, fold, dot, 2, span, "pre" in flags, reps, packed)
     errors[name] = (xm.double().sum(0) - want).abs().max().item()
     copies[name] = int((xm.abs().sum((1, 2)) > 0).sum())  # copies something was added into
 print("RESULT " + json.dumps({"errors": errors, "copies": copies}))
 '''
 
-# (name, programs, BN, BK, ONE, AHEAD, FOLD, DOT, SPAN, REPS[, "pre"]); 4C = 192 hidden units
+# (name, programs, BN, BK, ONE, AHEAD, FOLD, DOT, SPAN, REPS[, "pre"][, "packed"]); 4C = 192 hidden units
 CASES = [
     # 5 programs, tiles of 39 rows in 64 (the last 36): one a program, in chunks of 16
     *[(f"span_{form}_{'dot' if dot else 'fma'}", 5, 64, 16, False, not dot, fold, dot, 39, 1)
@@ -79,6 +82,11 @@ CASES = [
     # the slot in copies: 5 programs over 4 (program 4 adds into copy 0 again), 7 over 3
     ("copies_4_fma", 5, 32, 16, False, True, COPY, False, 20, 4),
     ("copies_3_dot", 7, 32, 16, False, False, SLOT, True, 28, 3),
+    # W_fc and W_P2T stored chunk by chunk (pack_chunks): every chunk read as one run, in each loop's form
+    ("packed_dot", 5, 32, 16, False, False, SLOT, True, 32, 1, "packed"),
+    ("packed_ahead_fma", 5, 32, 16, False, True, COPY, False, 32, 1, "packed"),
+    ("packed_pre", 5, 32, 16, False, False, COPY, True, 32, 1, "pre", "packed"),
+    ("packed_plain_fma", 7, 16, 16, False, False, 0, False, 16, 1, "packed"),
 ]
 
 

@@ -13,7 +13,7 @@ import torch
 from ..runtime import interpreting
 from .base import check_triton_step, model_device
 from .persistent_plan import by_hand_error, plan
-from .restack import restack
+from .restack import pack_chunks, restack, unpack_chunks
 from .static import Static
 
 MAX_VOCAB = 4096  # the sample phase holds a whole row of logits in one program
@@ -77,6 +77,7 @@ class Persistent(Static):
         dummy = self.w["LN1_W"]  # never read when its flag is off
         self.w = {k: dummy if v is None else v for k, v in self.w.items()}
         self.w["FOLD"] = folded_norms(self.w, L, self.bias, self.ln_bias)
+        self.packed = {}  # the matrices stored chunk by chunk now, with their chunk: name -> (BN, BK)
         self.eps, self.scale = model.ln_f.eps, blocks[0].attn.scale
         self.programs = 1 if interpreting() else torch.cuda.get_device_properties(dev).multi_processor_count
         self.set_tiles(plan(C, H, V, W, batch_size, self.programs, cost=str(getattr(dcfg, "tile_cost", "bytes")),
@@ -99,6 +100,16 @@ class Persistent(Static):
             return torch.zeros(*shape, device=dev, dtype=torch.float32)
 
         self.tiles = tiles
+        # the matrices the tiles read chunk by chunk (PACK_QKV, PACK_FC), stored so; any other back in rows
+        chunks = {"W_QKV": (tiles["BN_QKV"], tiles["BK_QKV"]) if tiles.get("PACK_QKV") else None,
+                  "W_FC": (tiles["BN_FC"], tiles["BK_FC"]) if tiles.get("PACK_FC") else None,
+                  "W_P2T": (tiles["BN_FC"], tiles["BC_FC"]) if tiles.get("PACK_FC") else None}
+        for name, chunk in chunks.items():
+            if self.packed.get(name) != chunk:
+                if name in self.packed:
+                    self.w[name] = unpack_chunks(self.w[name], *self.packed.pop(name))
+                if chunk:
+                    self.w[name], self.packed[name] = pack_chunks(self.w[name], *chunk), chunk
         # STREAM: the residual stream, a slot per phase; XS: each program's own copy of the slot its
         # phase reads (kernels/triton_decode_stream.py)
         # Y: every row's attention output, when the projection is shared by the rows (attn_proj=head)

@@ -179,6 +179,16 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # 0.82-1.00x at 768 and 1152 wide, batch 4 and 8, and 0.99x for the MLP's at 1152 wide, batch 1
     for key in ("PRE_QKV", "PRE_FC", "PRE_P2"):
         t[key] = fixed.get(key, False)
+    # by hand only: the qkv phase's and the MLP's weights stored chunk by chunk (PACK_QKV, PACK_FC:
+    # decode/restack.py's pack_chunks), each chunk a program loads one contiguous run of BN * BK
+    # weights, where a row-major chunk is BN runs of BK, each a row apart; where the phase's tiles
+    # are whole (SPAN == BN) and its chunks divide the rows, and a phase of one round reads whole
+    # rows already
+    pack = fixed.get("PACK", False)
+    t["PACK_QKV"] = pack and not t["ONE_QKV"] and t["SPAN_QKV"] == t["BN_QKV"] and \
+        (3 * D) % t["BN_QKV"] == 0 and C % t["BK_QKV"] == 0
+    t["PACK_FC"] = pack and not t["ONE_FC"] and t["SPAN_FC"] == t["BN_FC"] and \
+        (4 * C) % t["BN_FC"] == 0 and C % t["BK_FC"] == 0 and C % t["BC_FC"] == 0
     # by hand only: as a phase opens, each program asks L2 for weights it loads later -- its
     # projection chunk, its first MLP tile, its next layer's first qkv tile -- (a PTX prefetch, no
     # registers held), so that the phase that loads them finds them in L2. CUDA only. On the H200,
@@ -215,7 +225,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 
 # what decode.tiles may set: the plan's choices (the rest -- B_PAD, BD, VP, CP, ONE_QKV/FC/V,
 # num_stages -- follows from the shape and from these), with the values each may take
-FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2", "L2_NEXT")
+FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2", "L2_NEXT", "PACK")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
 RANGES = {"STAGES": (1, 4), "REPS": (1, 16), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2),

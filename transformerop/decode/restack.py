@@ -30,3 +30,17 @@ def restack(model) -> dict:
         "WTE": model.wte.weight.detach(), "WPE": model.wpe.weight.detach(), "LNF_W": model.ln_f.weight.detach(),
         "LNF_B": None if model.ln_f.bias is None else model.ln_f.bias.detach(),
     }
+
+
+def pack_chunks(w: torch.Tensor, bn: int, bk: int) -> torch.Tensor:
+    """(..., N, K) stored chunk by chunk, in the same shape: each tile of bn rows keeps its place,
+    but within it every (bn, bk) chunk is one contiguous run, the chunks in order along K
+    (kernels/triton_decode_phases.py's _block, PACKED). Needs N % bn == 0 and K % bk == 0."""
+    *lead, N, K = w.shape
+    return w.reshape(*lead, N // bn, bn, K // bk, bk).transpose(-3, -2).contiguous().reshape(w.shape)
+
+
+def unpack_chunks(w: torch.Tensor, bn: int, bk: int) -> torch.Tensor:
+    """pack_chunks undone: the row-major (..., N, K) weights back."""
+    *lead, N, K = w.shape
+    return w.reshape(*lead, N // bn, K // bk, bn, bk).transpose(-3, -2).contiguous().reshape(w.shape)
