@@ -25,9 +25,9 @@ NEG = tl.constexpr(-1.0e30)  # a finite "minus infinity": exp(NEG - NEG) must no
 @triton.jit
 def _block(W, r0, r_end, c0, c_end, ld, BN: tl.constexpr, BK: tl.constexpr, PACKED: tl.constexpr):
     """The block W[r0:r_end, c0:c_end] (row stride ld) padded to (BN, BK) with zeros. PACKED: W is
-    stored chunk by chunk (decode/persistent.py's pack_chunks), so that this block, r0 a multiple of
-    BN and c0 of BK, is one run of BN * BK weights: whole DRAM pages, where a row-major block is
-    BN runs of BK weights each a row apart."""
+    stored chunk by chunk (decode/restack.py's pack_chunks), so that this block, r0 a multiple of
+    BN and c0 of BK, is one contiguous run of BN * BK weights, where a row-major block is BN runs
+    of BK weights, each a row apart."""
     offs_n = tl.arange(0, BN)
     offs_k = c0 + tl.arange(0, BK)
     if PACKED:

@@ -183,7 +183,10 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # decode/restack.py's pack_chunks), each chunk a program loads one contiguous run of BN * BK
     # weights, where a row-major chunk is BN runs of BK, each a row apart; where the phase's tiles
     # are whole (SPAN == BN) and its chunks divide the rows, and a phase of one round reads whole
-    # rows already
+    # rows already. On an H100, bf16, 1152 wide at batch 1 and 8: the MLP phase 3-4% shorter,
+    # tok/s 0.3-2.4% higher, one run each, within the spread between calls; a bare streaming loop
+    # gained 4% from it, and 14-19% from a pipeline four or five deep instead of three: the bytes in
+    # flight, not the runs' length, set the rate (experiments/results/h100-2026-12-07b)
     pack = fixed.get("PACK", False)
     t["PACK_QKV"] = pack and not t["ONE_QKV"] and t["SPAN_QKV"] == t["BN_QKV"] and \
         (3 * D) % t["BN_QKV"] == 0 and C % t["BK_QKV"] == 0
