@@ -111,7 +111,7 @@ def _attention(QKV, KC, VC, CNT, target, k_old, bh, first, pos, scale, NB: tl.co
 def _attend(pid, nprog, wo_pre, QKV, KC, VC, k_old, first, CNT, target, W_O, XA, Y, YCNT, y_target, pos, scale,
             NB: tl.constexpr, H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr, BT: tl.constexpr,
             BD: tl.constexpr, CHUNKS: tl.constexpr, BN_O: tl.constexpr, ONE_O: tl.constexpr, SHARED_O: tl.constexpr,
-            B_PAD: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, AHEAD: tl.constexpr):
+            B_PAD: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, AHEAD: tl.constexpr, PACK_O: tl.constexpr):
     """Every (row, head)'s attention, as soon as that head's q, k and v are all written (its counter
     CNT[h] reaches `target`), then the output projection y W_proj^T added into XA, in one of two ways:
     - per row (not SHARED_O): items (row, head, one of CHUNKS chunks of the outputs, in blocks of
@@ -122,7 +122,7 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, k_old, first, CNT, target, W_O, XA,
       Y[:, h] W_proj[chunk, h]^T for every row at once: each block of W_proj is read once, not once
       a row, at the price of one more hand-over.
     The program's first item is (row, head) `first`, whose keys k_old may be loaded already
-    (_attention)."""
+    (_attention). PACK_O: W_O is stored head-major, head h's (C, D) block one run."""
     C: tl.constexpr = H * D
     CW: tl.constexpr = (C + CHUNKS - 1) // CHUNKS
     offs_d = tl.arange(0, BD)
@@ -153,8 +153,11 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, k_old, first, CNT, target, W_O, XA,
             if ONE_O:
                 w = wo_pre
             else:
-                w = tl.load(W_O + offs_n[:, None] * C + h * D + offs_d[None, :],
-                            mask=n_ok[:, None] & d_ok[None, :], other=0.0)
+                if PACK_O:
+                    w_ptrs = W_O + h * D * C + offs_n[:, None] * D + offs_d[None, :]
+                else:
+                    w_ptrs = W_O + offs_n[:, None] * C + h * D + offs_d[None, :]
+                w = tl.load(w_ptrs, mask=n_ok[:, None] & d_ok[None, :], other=0.0)
             if SHARED_O:
                 part = _reduced(_product(_zeros(BN_O, B_PAD, DOT), w, y, DOT, PREC), DOT)
                 tl.atomic_add(XA + rows[:, None] * C + offs_n[None, :], part,

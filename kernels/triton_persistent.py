@@ -114,7 +114,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
                        AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr, SPAN_FC: tl.constexpr,
                        PRE_QKV: tl.constexpr, PRE_FC: tl.constexpr, PRE_P2: tl.constexpr, L2_NEXT: tl.constexpr,
-                       REPS: tl.constexpr, PACK_QKV: tl.constexpr, PACK_FC: tl.constexpr):
+                       REPS: tl.constexpr, PACK_QKV: tl.constexpr, PACK_FC: tl.constexpr, PACK_O: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
@@ -158,6 +158,15 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     o_row = (pid % O_CHUNKS) * O_WIDTH
     O_ITEMS: tl.constexpr = (1 if SHARED_O else NB) * H * O_CHUNKS  # the projection's items (_attend)
     o_end = tl.where(pid < O_ITEMS, tl.minimum(o_row + O_WIDTH, C), 0)
+    # the head's block of W_proj this program projects with: with PACK_O head-major (pack_chunks),
+    # head h's (C, D) columns one run, its rows D apart
+    WO_LD: tl.constexpr = D if PACK_O else C
+    if PACK_O:
+        wo_head = W_O + o_head * D * C
+        wo_c0 = o_head * 0
+    else:
+        wo_head = W_O
+        wo_c0 = o_head * D
     if SHARED_O:  # the (row, head) of this program's first attention item (_attend)
         kv_first = pid
     else:
@@ -174,11 +183,11 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 1, WORK, since, PHASES, PROFILE)
             w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV or AHEAD or PRE_QKV,
                          PACK_QKV)
-            wo = _weights(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, BN_O, BD, ONE_O, False)
+            wo = _weights(wo_head + layer * C * C, o_row, o_end, wo_c0, wo_c0 + D, WO_LD, BN_O, BD, ONE_O, False)
             k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
             if L2_NEXT:  # this phase's projection chunk, then the MLP's tile
-                _prefetch_l2(W_O + layer * C * C, o_row, o_end, o_head * D, o_head * D + D, C, PREFETCH_LINES)
+                _prefetch_l2(wo_head + layer * C * C, o_row, o_end, wo_c0, wo_c0 + D, WO_LD, PREFETCH_LINES)
                 _prefetch_l2(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, PREFETCH_LINES)
                 _prefetch_l2(W_P2T + layer * 4 * C * C, fc0, fc_end, 0, C, C, PREFETCH_LINES)
             fold_ln = FOLD + layer * 14 * C
@@ -190,7 +199,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                 tl.atomic_add(QKV_WORK + pid, tl.extra.cuda.globaltimer() - since, sem="relaxed")
             _attend(pid, nprog, wo, QKV, kc, vc, k_old, kv_first, CNT + layer * H, (i + 1) * TILES_PER_HEAD,
                     W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
-                    BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD)
+                    BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD, PACK_O)
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 2, WORK, since, PHASES, PROFILE)
             w = _weights(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC or PRE_FC,
                          PACK_FC)

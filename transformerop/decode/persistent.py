@@ -103,7 +103,8 @@ class Persistent(Static):
         # the matrices the tiles read chunk by chunk (PACK_QKV, PACK_FC), stored so; any other back in rows
         chunks = {"W_QKV": (tiles["BN_QKV"], tiles["BK_QKV"]) if tiles.get("PACK_QKV") else None,
                   "W_FC": (tiles["BN_FC"], tiles["BK_FC"]) if tiles.get("PACK_FC") else None,
-                  "W_P2T": (tiles["BN_FC"], tiles["BC_FC"]) if tiles.get("PACK_FC") else None}
+                  "W_P2T": (tiles["BN_FC"], tiles["BC_FC"]) if tiles.get("PACK_FC") else None,
+                  "W_O": (C, C // self.shape["H"]) if tiles.get("PACK_O") else None}  # head-major
         for name, chunk in chunks.items():
             if self.packed.get(name) != chunk:
                 if name in self.packed:

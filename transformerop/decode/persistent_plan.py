@@ -192,6 +192,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
         (3 * D) % t["BN_QKV"] == 0 and C % t["BK_QKV"] == 0
     t["PACK_FC"] = pack and not t["ONE_FC"] and t["SPAN_FC"] == t["BN_FC"] and \
         (4 * C) % t["BN_FC"] == 0 and C % t["BK_FC"] == 0 and C % t["BC_FC"] == 0
+    # and the projection's weights head-major (PACK_O): a head's block of W_proj, D columns of
+    # every row, one run instead of a run of D weights a row
+    t["PACK_O"] = pack
     # by hand only: as a phase opens, each program asks L2 for weights it loads later -- its
     # projection chunk, its first MLP tile, its next layer's first qkv tile -- (a PTX prefetch, no
     # registers held), so that the phase that loads them finds them in L2. CUDA only. On the H200,
@@ -231,7 +234,7 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2", "L2_NEXT", "PACK")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
-RANGES = {"STAGES": (1, 4), "REPS": (1, 16), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2),
+RANGES = {"STAGES": (1, 6), "REPS": (1, 16), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2),
           "O_CHUNKS": (1, 1 << 16), "SPAN_QKV": (1, 1 << 16), "SPAN_FC": (1, 1 << 16)}
 SETTABLE = (*FLAGS, *POW2, *RANGES)
 
