@@ -10,21 +10,22 @@ from .triton_decode_phases import NEG, _product, _reduced, _wait, _zeros
 
 
 @triton.jit
-def _head_attention(QKV, KC, VC, b, h, pos, scale, H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr,
-                    BT: tl.constexpr, BD: tl.constexpr):
-    """Row b's new query of head h against cache slots 0..pos: an online softmax over blocks of BT
-    slots. Returns y (BD,), fp32."""
+def _partial(QKV, KC, VC, bh, a, e, scale, H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr,
+             BT: tl.constexpr, BD: tl.constexpr):
+    """(row, head) bh = b * H + h: row b's new query of head h against cache slots a..e-1 (e > a),
+    an online softmax over blocks of BT slots. Returns its running max m, its sum l and its
+    unnormalised output acc (BD,), fp32: the slots' share, to combine with other shares (or
+    acc / l: the attention over them)."""
     offs_d = tl.arange(0, BD)
     d_ok = offs_d < D
-    n_slots = pos + 1
-    q = tl.load(QKV + b * 3 * H * D + h * 3 * D + offs_d, mask=d_ok, other=0.0, cache_modifier=".cg")
-    base = (b * H + h) * W_CACHE * D
+    q = tl.load(QKV + (bh // H) * 3 * H * D + (bh % H) * 3 * D + offs_d, mask=d_ok, other=0.0, cache_modifier=".cg")
+    base = bh * W_CACHE * D
     m = tl.max(tl.full([BD], NEG, tl.float32), 0)
     l = m * 0.0
     acc = tl.zeros([BD], dtype=tl.float32)
-    for t0 in range(0, n_slots, BT):
+    for t0 in range(a, e, BT):
         offs_t = t0 + tl.arange(0, BT)
-        t_ok = offs_t < n_slots
+        t_ok = offs_t < e
         kv_ok = t_ok[:, None] & d_ok[None, :]
         # held in the cache's dtype, widened as they are used: a 16-bit cache's block costs half the registers
         k = tl.load(KC + base + offs_t[:, None] * D + offs_d[None, :], mask=kv_ok, other=0.0, cache_modifier=".cg")
@@ -36,6 +37,14 @@ def _head_attention(QKV, KC, VC, b, h, pos, scale, H: tl.constexpr, D: tl.conste
         acc = acc * alpha + tl.sum(p[:, None] * v.to(tl.float32), 0)
         l = l * alpha + tl.sum(p, 0)
         m = m_new
+    return m, l, acc
+
+
+@triton.jit
+def _head_attention(QKV, KC, VC, b, h, pos, scale, H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr,
+                    BT: tl.constexpr, BD: tl.constexpr):
+    """Row b's new query of head h against cache slots 0..pos. Returns y (BD,), fp32."""
+    m, l, acc = _partial(QKV, KC, VC, b * H + h, 0, pos + 1, scale, H, D, W_CACHE, BT, BD)
     return acc / l
 
 
@@ -108,10 +117,74 @@ def _attention(QKV, KC, VC, CNT, target, k_old, bh, first, pos, scale, NB: tl.co
 
 
 @triton.jit
+def _split_shares(pid, nprog, QKV, KC, VC, CNT, target, YS, YCNT, pos, scale, NB: tl.constexpr, H: tl.constexpr,
+                  D: tl.constexpr, W_CACHE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, SPLIT: tl.constexpr):
+    """The attention's cache slots -- every (row, head)'s pos + 1 of them, end to end -- cut into SPLIT
+    equal runs, one a program (SPLIT of them: a program takes runs pid, pid + nprog, ...), whatever
+    the count of (row, head) items: so that no program attends over twice the slots of another when
+    the items outnumber the programs, and several share an item when they are fewer. A run covers
+    the ends of one or more items; for each, once its head's q, k and v are counted done, it writes
+    its share (m, l, acc: _partial) into YS at the item's part `run - the item's first run`, and
+    adds the slots it covered to the head's YCNT: the head's rows are all in when that has grown by
+    NB * (pos + 1) this step. YS: (NB * H, PARTS) shares of BD + 2 floats (acc, then m and l)."""
+    PARTS: tl.constexpr = (SPLIT + NB * H - 1) // (NB * H) + 1  # the most runs one item's slots meet
+    n = pos + 1
+    total = NB * H * n
+    per_run = (total + SPLIT - 1) // SPLIT
+    offs_d = tl.arange(0, BD)
+    two = tl.arange(0, 2)
+    for run in range(pid, SPLIT, nprog):
+        s0 = run * per_run
+        s1 = tl.minimum(s0 + per_run, total)
+        for bh in range(s0 // n, (s1 + n - 1) // n):
+            a = tl.maximum(s0, bh * n) - bh * n
+            e = tl.minimum(s1, bh * n + n) - bh * n
+            _wait(CNT + bh % H, target)
+            m, l, acc = _partial(QKV, KC, VC, bh, a, e, scale, H, D, W_CACHE, BT, BD)
+            share = YS + (bh * PARTS + run - (bh * n) // per_run) * (BD + 2)
+            tl.store(share + offs_d, acc)
+            tl.store(share + BD + two, tl.where(two == 0, m, l))
+            tl.debug_barrier()  # every thread of this program has issued its stores
+            tl.atomic_add(YCNT + bh % H, e - a, sem="release", scope="gpu")
+
+
+@triton.jit
+def _combined(YS, h, pos, NB: tl.constexpr, H: tl.constexpr, BD: tl.constexpr, B_PAD: tl.constexpr,
+              SPLIT: tl.constexpr):
+    """Head h's attention output for every row (B_PAD, BD), fp32, from the shares _split_shares
+    wrote (the head's rows all counted in): each row's shares rescaled to their common max and
+    summed, over the sum of their softmax weights. Rows past the batch come out zero."""
+    PARTS: tl.constexpr = (SPLIT + NB * H - 1) // (NB * H) + 1
+    n = pos + 1
+    per_run = (NB * H * n + SPLIT - 1) // SPLIT
+    rows = tl.arange(0, B_PAD)
+    offs_d = tl.arange(0, BD)
+    bh = rows * H + h
+    runs = ((bh + 1) * n - 1) // per_run - (bh * n) // per_run + 1  # the runs the row's slots meet
+    m = tl.full([B_PAD], NEG, tl.float32)
+    l = tl.zeros([B_PAD], dtype=tl.float32)
+    acc = tl.zeros([B_PAD, BD], dtype=tl.float32)
+    for j in tl.static_range(PARTS):
+        ok = (rows < NB) & (j < runs)
+        share = YS + (bh * PARTS + j) * (BD + 2)
+        m_j = tl.load(share + BD, mask=ok, other=NEG, cache_modifier=".cg")
+        l_j = tl.load(share + BD + 1, mask=ok, other=0.0, cache_modifier=".cg")
+        acc_j = tl.load(share[:, None] + offs_d[None, :], mask=ok[:, None], other=0.0, cache_modifier=".cg")
+        m_new = tl.maximum(m, m_j)
+        alpha = tl.exp(m - m_new)
+        beta = tl.exp(m_j - m_new)
+        acc = acc * alpha[:, None] + acc_j * beta[:, None]
+        l = l * alpha + l_j * beta
+        m = m_new
+    return acc / tl.where(rows < NB, l, 1.0)[:, None]
+
+
+@triton.jit
 def _attend(pid, nprog, wo_pre, QKV, KC, VC, k_old, first, CNT, target, W_O, XA, Y, YCNT, y_target, pos, scale,
             NB: tl.constexpr, H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr, BT: tl.constexpr,
             BD: tl.constexpr, CHUNKS: tl.constexpr, BN_O: tl.constexpr, ONE_O: tl.constexpr, SHARED_O: tl.constexpr,
-            B_PAD: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, AHEAD: tl.constexpr, PACK_O: tl.constexpr):
+            B_PAD: tl.constexpr, DOT: tl.constexpr, PREC: tl.constexpr, AHEAD: tl.constexpr, PACK_O: tl.constexpr,
+            SPLIT: tl.constexpr):
     """Every (row, head)'s attention, as soon as that head's q, k and v are all written (its counter
     CNT[h] reaches `target`), then the output projection y W_proj^T added into XA, in one of two ways:
     - per row (not SHARED_O): items (row, head, one of CHUNKS chunks of the outputs, in blocks of
@@ -122,13 +195,18 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, k_old, first, CNT, target, W_O, XA,
       Y[:, h] W_proj[chunk, h]^T for every row at once: each block of W_proj is read once, not once
       a row, at the price of one more hand-over.
     The program's first item is (row, head) `first`, whose keys k_old may be loaded already
-    (_attention). PACK_O: W_O is stored head-major, head h's (C, D) block one run."""
+    (_attention). PACK_O: W_O is stored head-major, head h's (C, D) block one run. SPLIT (shared
+    only): the attention in SPLIT equal runs of cache slots, not an item a program
+    (_split_shares); Y holds their shares, and each (head, chunk) item combines its head's
+    (_combined)."""
     C: tl.constexpr = H * D
     CW: tl.constexpr = (C + CHUNKS - 1) // CHUNKS
     offs_d = tl.arange(0, BD)
     d_ok = offs_d < D
     rows = tl.arange(0, B_PAD)
-    if SHARED_O:
+    if SPLIT:
+        _split_shares(pid, nprog, QKV, KC, VC, CNT, target, Y, YCNT, pos, scale, NB, H, D, W_CACHE, BT, BD, SPLIT)
+    elif SHARED_O:
         for bh in range(pid, NB * H, nprog):
             y = _attention(QKV, KC, VC, CNT, target, k_old, bh, first, pos, scale, NB, H, D, W_CACHE, BT, BD,
                            AHEAD)
@@ -141,8 +219,11 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, k_old, first, CNT, target, W_O, XA,
         h = bh % H
         if SHARED_O:
             _wait(YCNT + h, y_target)
-            y = tl.load(Y + rows[:, None] * C + h * D + offs_d[None, :], mask=(rows < NB)[:, None] & d_ok[None, :],
-                        other=0.0, cache_modifier=".cg")
+            if SPLIT:
+                y = _combined(Y, h, pos, NB, H, BD, B_PAD, SPLIT)
+            else:
+                y = tl.load(Y + rows[:, None] * C + h * D + offs_d[None, :],
+                            mask=(rows < NB)[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")
         else:
             y = _attention(QKV, KC, VC, CNT, target, k_old, bh, first, pos, scale, NB, H, D, W_CACHE, BT, BD,
                            AHEAD)[None, :]

@@ -114,14 +114,16 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
                        FOLD_V: tl.constexpr, ADD_ONCE: tl.constexpr, DOT_FC: tl.constexpr, B_PAD_FC: tl.constexpr,
                        AHEAD_FC: tl.constexpr, SPAN_QKV: tl.constexpr, SPAN_FC: tl.constexpr,
                        PRE_QKV: tl.constexpr, PRE_FC: tl.constexpr, PRE_P2: tl.constexpr, L2_NEXT: tl.constexpr,
-                       REPS: tl.constexpr, PACK_QKV: tl.constexpr, PACK_FC: tl.constexpr, PACK_O: tl.constexpr):
+                       REPS: tl.constexpr, PACK_QKV: tl.constexpr, PACK_FC: tl.constexpr, PACK_O: tl.constexpr,
+                       SPLIT: tl.constexpr):
     """n_steps decode steps: step i feeds out[:, t0 + i - 1] at cache slot pos0 + i and samples
     out[:, t0 + i] (t0, pos0 read from T_PTR, POS_PTR and advanced at the end). Each phase's
     first weight chunk loads while its program waits at the barrier that opens it (_arrive,
     _weights); with AHEAD each later chunk loads one ahead (kernels/triton_decode_phases.py).
     W_QKV's rows are head-major (head h's q, k, v together); CNT holds two counters per (layer,
     head), zero at launch: its q, k, v tiles done, then (SHARED_O) its rows' attention outputs in Y
-    done. FOLD_QKV, FOLD_FC, FOLD_V: how each phase's LayerNorm is done (0, COPY or SLOT:
+    done (with SPLIT, the slots attended: the attention in SPLIT equal runs of the cache's slots,
+    kernels/triton_decode_attention.py). FOLD_QKV, FOLD_FC, FOLD_V: how each phase's LayerNorm is done (0, COPY or SLOT:
     kernels/triton_decode_stream.py); FOLD (fp32) holds u and c for the folded ones, a layer's 14C
     values -- qkv's u, c, then W_fc's u, c -- and after the layers the head's. The MLP has a form
     of its own (DOT_FC, its rows padded to B_PAD_FC, AHEAD_FC): the tensor cores' pipelined loops
@@ -138,7 +140,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     PHASES: tl.constexpr = PHASES_PER_LAYER * L + PHASES_PER_TOKEN_EXTRA
     TILES_PER_HEAD: tl.constexpr = (3 * D + SPAN_QKV - 1) // SPAN_QKV
     O_WIDTH: tl.constexpr = (C + O_CHUNKS - 1) // O_CHUNKS
-    KV_AHEAD: tl.constexpr = BT >= W_CACHE  # the window is one block: its keys load ahead (_keys_ahead)
+    # the window is one block: its keys load ahead (_keys_ahead), unless the attention is split in runs
+    KV_AHEAD: tl.constexpr = BT >= W_CACHE and not SPLIT
     SLOT: tl.constexpr = REPS * NB * C  # a stream slot with its copies (kernels/triton_decode_stream.py)
     t0 = tl.load(T_PTR)
     pos0 = tl.load(POS_PTR)
@@ -175,6 +178,12 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
         t = t0 + i
         pos = pos0 + i
         k = i * PHASES  # barriers passed before this step
+        # what a head's YCNT reaches once its rows' outputs are in (_attend): a count a row each step,
+        # or with SPLIT the slots attended, pos0 + 1 + i' a row at step i'
+        if SPLIT:
+            y_target = NB * ((i + 1) * (pos0 + 1) + i * (i + 1) // 2)
+        else:
+            y_target = (i + 1) * NB
         for layer in range(L):
             kc = KC + layer * NB * H * W_CACHE * D
             vc = VC + layer * NB * H * W_CACHE * D
@@ -198,8 +207,8 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             if PROFILE:  # the qkv tiles' share of the phase: the rest is the attention and its projection
                 tl.atomic_add(QKV_WORK + pid, tl.extra.cuda.globaltimer() - since, sem="relaxed")
             _attend(pid, nprog, wo, QKV, kc, vc, k_old, kv_first, CNT + layer * H, (i + 1) * TILES_PER_HEAD,
-                    W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, (i + 1) * NB, pos, scale, NB, H, D, W_CACHE,
-                    BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD, PACK_O)
+                    W_O + layer * C * C, x_mid, Y, CNT + (L + layer) * H, y_target, pos, scale, NB, H, D, W_CACHE,
+                    BT, BD, O_CHUNKS, BN_O, ONE_O, SHARED_O, B_PAD, DOT, PREC, KV_AHEAD, PACK_O, SPLIT)
             _arrive(BAR, k + layer * PHASES_PER_LAYER + 2, WORK, since, PHASES, PROFILE)
             w = _weights(W_FC + layer * 4 * C * C, fc0, fc_end, 0, C, C, BN_FC, BK_FC, ONE_FC or AHEAD_FC or PRE_FC,
                          PACK_FC)

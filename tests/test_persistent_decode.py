@@ -157,6 +157,14 @@ ref, ref_logits = run(m, "recompute", 3, 40 + 8, temperature=0)
 tiles = plan(64, 4, 20, 64, 3, 1, proj="head")
 mine, mine_logits = run(m, "persistent", 3, 40 + 8, tiles=tiles, temperature=0, dcfg=head)
 print("SHARED_AHEAD", torch.equal(mine, ref), tiles["BT"] >= 64, (mine_logits - ref_logits).abs().max().item())
+# the attention in SPLIT equal runs of slots, each run a program's, here all of them on the one: runs
+# that end mid-item and items whose slots meet two or more runs, their shares combined by the
+# projection's items; in blocks of 16 slots and in one block of the window
+for batch, split, bt in ((3, 5, 16), (1, 7, 64)):
+    ref, ref_logits = run(m, "recompute", batch, 40 + 8, temperature=0)
+    tiles = {{**plan(64, 4, 20, 64, batch, 1, proj="head", by_hand=mlp(batch)), **loops, "BT": bt, "SPLIT": split}}
+    mine, mine_logits = run(m, "persistent", batch, 40 + 8, tiles=tiles, temperature=0, dcfg=head)
+    print(f"SPLIT_{{batch}}", torch.equal(mine, ref), (mine_logits - ref_logits).abs().max().item())
 """
 
 
@@ -198,6 +206,9 @@ def test_persistent_matches_recompute_under_the_triton_interpreter():
         assert (tokens, shared) == ("True", "True") and float(diff) < 1e-5
     tokens, ahead, diff = lines["SHARED_AHEAD"].split()
     assert (tokens, ahead) == ("True", "True") and float(diff) < 1e-5
+    for batch in (3, 1):
+        tokens, diff = lines[f"SPLIT_{batch}"].split()
+        assert tokens == "True" and float(diff) < 1e-5
 
 
 def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
@@ -221,6 +232,7 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
                            (["ADD_ONCE=true", "DOT=true"], "ADD_ONCE needs the multiply-add form"),
                            (["DOT_FC=false", "PRE_FC=true"], "PRE_FC and PRE_P2 need an MLP loop without ONE or AHEAD"),
                            (["PRE_QKV=true"], "PRE_QKV needs a qkv loop without ONE or AHEAD"),
+                           (["SPLIT_KV=true", "SHARED_O=false"], "SPLIT_KV needs the shared projection (SHARED_O)"),
                            (["L2_NEXT=true"], "decode.tiles.L2_NEXT=true: a PTX prefetch, for a CUDA GPU; the Triton "
                                               "interpreter cannot run it")):
         with pytest.raises(ValueError, match=re.escape(message)):
@@ -240,7 +252,7 @@ def test_persistent_needs_cuda_or_the_interpreter_and_a_gpt(monkeypatch):
     (768, 4, 12, 3, "fp32", "rounds", "row"), (1152, 18, 18, 8, "bf16", "bytes", "head"),
     (384, 6, 6, 1, "bf16", "bytes", "head"), (1152, 2, 18, 3, "fp32", "bytes", "auto"),
     (1152, 18, 18, 1, "bf16", "bytes", "row"), (768, 12, 12, 8, "bf16", "bytes", "auto"),
-    (1152, 18, 18, 1, "bf16", "bytes", "auto")])
+    (1152, 18, 18, 1, "bf16", "bytes", "auto"), (1152, 18, 18, 8, "bf16", "bytes", "auto")])
 def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, batch, dtype, cost, proj):
     """conftest.compile_for_h200 at the plan's tiles, its pipelined weight chunks (STAGES) in the
     H200's shared memory, a pipelined MLP loop's W_fc chunks streamed through them (async copies
@@ -254,14 +266,16 @@ def test_the_kernel_compiles_for_the_h200_and_fits_its_shared_memory(C, L, H, ba
     1152 wide at batch 1 as planned: the MLP alone on the tensor cores (DOT_FC), pipelined three
     deep, the qkv tiles 28 rows of 32 (SPAN_QKV); 1152 wide at batch 4 and 384 wide at batch 1
     with the weights packed (PACK: the qkv and MLP chunks one run each, W_proj head-major, loaded
-    at the barrier at 384 wide)."""
+    at the barrier at 384 wide); 1152 wide at batch 8 with the attention in runs (SPLIT_KV)."""
     from kernels import triton_persistent as k
     from transformerop.decode.persistent_plan import plan
     by_hand = {(1152, 1, "row"): {"DOT_FC": False},  # the plan's MLP is on the tensor cores there
                (768, 8, "auto"): {"PRE_QKV": True, "PRE_FC": True, "PRE_P2": True},
                (1152, 8, "head"): {"L2_NEXT": True},
-               (1152, 4, "row"): {"PACK": True}, (384, 1, "row"): {"PACK": True}}.get((C, batch, proj), {})
+               (1152, 4, "row"): {"PACK": True}, (384, 1, "row"): {"PACK": True},
+               (1152, 8, "auto"): {"SPLIT_KV": True}}.get((C, batch, proj), {})
     tiles = plan(C, H, 65, 256, batch, 132, cost=cost, proj=proj, elem=4 if dtype == "fp32" else 2, by_hand=by_hand)
+    assert tiles["SPLIT"] == (132 if by_hand.get("SPLIT_KV") else 0)  # runs with the shared projection only
     if dtype == "fp32" and proj == "auto":
         tiles["STAGES"] = 3
     if (C, batch, proj) == (1152, 1, "row"):  # the MLP's shares added once a program (ADD_ONCE; its one chunk covers C)
@@ -367,14 +381,16 @@ def test_the_empty_barrier_kernel_compiles_for_the_h200():
 @pytest.mark.parametrize("n_embd,n_layer,n_head,dtype,batch,proj", [
     (384, 6, 6, torch.float32, 1, "row"), (384, 6, 6, torch.bfloat16, 8, "row"), (768, 4, 12, torch.bfloat16, 4, "row"),
     (768, 4, 12, torch.float32, 3, "row"), (768, 4, 12, torch.bfloat16, 8, "head"), (384, 6, 6, torch.float32, 2, "head"),
-    (1152, 2, 18, torch.float32, 3, "auto"), (768, 4, 12, torch.bfloat16, 8, "auto")])
+    (1152, 2, 18, torch.float32, 3, "auto"), (768, 4, 12, torch.bfloat16, 8, "auto"), (384, 6, 6, torch.float32, 3, "split"),
+    (1152, 2, 18, torch.bfloat16, 8, "split")])
 def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype, batch, proj):
     """The real grid (one program per SM) past block_size: the one parity check (tokens in fp32,
     logits within the precision's tolerance), and in fp32 the same sampled text as decode=static;
     with the projection per row and shared by the rows (decode.attn_proj), and at 1152 wide the
     weight chunks pipelined three deep (STAGES, the plan's choice there in bf16) in fp32, where
     the contract is the same tokens; 768 wide, batch 8, auto: the next phase's weights asked of L2
-    (L2_NEXT, by hand)."""
+    (L2_NEXT, by hand); "split": shared, the attention in one run of slots a program (SPLIT_KV, by
+    hand) -- at 384 wide, batch 3, 18 items on 132 runs, at 1152 wide, batch 8, 144."""
     from omegaconf import OmegaConf
 
     from transformerop.decode import Decoder
@@ -386,9 +402,11 @@ def test_persistent_on_the_gpu_matches_recompute(n_embd, n_layer, n_head, dtype,
                             "attention": {"name": "sdpa"}})
     m = build_model(cfg, 65).cuda().eval().to(dtype)
     prompt = torch.randint(65, (batch, 7), device="cuda")
-    dcfg = OmegaConf.create({"attn_proj": proj, "tiles": {"L2_NEXT": True} if (n_embd, proj) == (768, "auto") else {}})
+    tiles = {"L2_NEXT": True} if (n_embd, proj) == (768, "auto") else {"SPLIT_KV": True} if proj == "split" else {}
+    dcfg = OmegaConf.create({"attn_proj": "head" if proj == "split" else proj, "tiles": tiles})
     dec = Decoder(m, "persistent", batch, 7 + 150, temperature=0, dcfg=dcfg)
-    assert proj == "auto" or dec.runner.tiles["SHARED_O"] == (proj == "head")
+    assert proj == "auto" or dec.runner.tiles["SHARED_O"] == (proj != "row")
+    assert dec.runner.tiles["SPLIT"] == (dec.runner.programs if proj == "split" else 0)
     if n_embd == 1152:
         assert dec.runner.tiles["SHARED_O"]  # auto: batch 3 at 1152 wide saves 10.6 MB of fp32 W_proj reads a layer
         dec.runner.set_tiles({**dec.runner.tiles, "STAGES": 3})

@@ -113,9 +113,12 @@ class Persistent(Static):
                     self.w[name], self.packed[name] = pack_chunks(self.w[name], *chunk), chunk
         # STREAM: the residual stream, a slot per phase; XS: each program's own copy of the slot its
         # phase reads (kernels/triton_decode_stream.py)
-        # Y: every row's attention output, when the projection is shared by the rows (attn_proj=head)
+        # Y: every row's attention output, when the projection is shared by the rows (attn_proj=head);
+        # with SPLIT each (row, head)'s shares of it (kernels/triton_decode_attention.py: _split_shares)
+        H, BD = self.shape["H"], tiles["BD"]
+        y = scratch(B * H * (-(-tiles["SPLIT"] // (B * H)) + 1) * (BD + 2)) if tiles.get("SPLIT") else scratch(B, C)
         self.buf = {"STREAM": scratch(2 * L + 1, tiles["REPS"], B, C), "QKV": scratch(B, 3 * C),
-                    "XS": scratch(self.programs, B, C), "Y": scratch(B, C)}
+                    "XS": scratch(self.programs, B, C), "Y": y}
 
     def run(self, out, t, noise, temperature: float, top_k, n: int):
         """n decode steps: feed out[:, t - 1] at the cache position, sample out[:, t], advance t

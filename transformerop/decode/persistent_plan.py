@@ -147,6 +147,11 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     bn_o = fixed.get("BN_O", _pow2(width) if one_o else
                      max(16 if shared and dot else 1, min(_pow2(width), _prev_pow2(cap_o))))
     t["O_CHUNKS"], t["BN_O"], t["ONE_O"], t["SHARED_O"] = chunks, bn_o, one_o, shared
+    # by hand only (SPLIT_KV), with the shared projection: the attention's cache slots cut into one
+    # equal run a program (SPLIT runs) instead of a (row, head) item a program, which leaves some
+    # programs two items where the items outnumber the programs (1152 wide, batch 8: 144 on 132)
+    # and most idle where they are few; the projection's items combine the runs' shares
+    t["SPLIT"] = programs if fixed.get("SPLIT_KV", False) and shared else 0
     # the cache's slot blocks: k and v held as loaded, two registers a slot and dimension in fp32,
     # one in a 16-bit dtype; a block of the whole window is one trip to memory fewer for the head,
     # and, as the slots before this step's are final, its keys load before the attn phase opens
@@ -231,7 +236,8 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
 
 # what decode.tiles may set: the plan's choices (the rest -- B_PAD, BD, VP, CP, ONE_QKV/FC/V,
 # num_stages -- follows from the shape and from these), with the values each may take
-FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2", "L2_NEXT", "PACK")
+FLAGS = ("DOT", "DOT_FC", "AHEAD", "ADD_ONCE", "SHARED_O", "ONE_O", "PRE_QKV", "PRE_FC", "PRE_P2", "L2_NEXT", "PACK",
+         "SPLIT_KV")
 POW2 = {"BN_QKV": 1, "BK_QKV": 16, "BN_FC": 1, "BK_FC": 16, "BC_FC": 16, "BN_V": 1, "BK_V": 16, "BN_O": 1,
         "BT": 16, "CH": 1, "num_warps": 1}
 RANGES = {"STAGES": (1, 6), "REPS": (1, 16), "FOLD_QKV": (0, 2), "FOLD_FC": (0, 2), "FOLD_V": (0, 2),
@@ -244,7 +250,8 @@ def by_hand_error(by_hand: dict, C: int, H: int, V: int, W: int, batch: int, pro
     not let you set, a value out of its range, or a plan the kernel cannot compile with them
     (a dot tile under 16 outputs, the MLP's chunks loaded one ahead of different sizes, shares
     added once on the tensor cores or over more than one output chunk, a LayerNorm folded into a
-    phase whose weights all load at the barrier)."""
+    phase whose weights all load at the barrier, the attention split in runs without the shared
+    projection)."""
     for key, value in by_hand.items():
         if key not in SETTABLE:
             return f"decode.tiles.{key}: not a plan key you can set; they are {', '.join(SETTABLE)}"
@@ -267,8 +274,9 @@ def by_hand_error(by_hand: dict, C: int, H: int, V: int, W: int, batch: int, pro
               "a phase of one round (ONE_*) keeps its LayerNorm before its products (FOLD_* = 0)"),
              (not t["PRE_QKV"] or not (t["ONE_QKV"] or t["AHEAD"]), "PRE_QKV needs a qkv loop without ONE or AHEAD"),
              (not (t["PRE_FC"] or t["PRE_P2"]) or not (t["ONE_FC"] or t["AHEAD_FC"]),
-              "PRE_FC and PRE_P2 need an MLP loop without ONE or AHEAD"))
+              "PRE_FC and PRE_P2 need an MLP loop without ONE or AHEAD"),
+             (not by_hand.get("SPLIT_KV") or t["SHARED_O"], "SPLIT_KV needs the shared projection (SHARED_O)"))
     for ok, why in rules:
         if not ok:
-            return f"decode.tiles ({', '.join(f'{k}={t[k]}' for k in by_hand)}): {why}"
+            return f"decode.tiles ({', '.join(f'{k}={t.get(k, by_hand[k])}' for k in by_hand)}): {why}"
     return None
