@@ -41,6 +41,28 @@ def _partial(QKV, KC, VC, bh, a, e, scale, H: tl.constexpr, D: tl.constexpr, W_C
 
 
 @triton.jit
+def _partial_ahead(QKV, KC, VC, k_old, bh, a, e, pos, scale, H: tl.constexpr, D: tl.constexpr,
+                   W_CACHE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr):
+    """_partial when the whole window is one block and the keys of slots a..min(e, pos)-1 were
+    loaded ahead, each at its slot (k_old: _keys_ahead with SPLIT); this step's key, at slot pos,
+    is read from the cache here, after the head's tiles are counted done."""
+    offs_t = tl.arange(0, BT)
+    offs_d = tl.arange(0, BD)
+    d_ok = offs_d < D
+    q = tl.load(QKV + (bh // H) * 3 * H * D + (bh % H) * 3 * D + offs_d, mask=d_ok, other=0.0, cache_modifier=".cg")
+    base = bh * W_CACHE * D
+    k_new = tl.load(KC + base + pos * D + offs_d, mask=d_ok, other=0.0, cache_modifier=".cg")
+    t_ok = (offs_t >= a) & (offs_t < e)
+    v = tl.load(VC + base + offs_t[:, None] * D + offs_d[None, :], mask=t_ok[:, None] & d_ok[None, :], other=0.0,
+                cache_modifier=".cg")
+    k = tl.where((offs_t == pos)[:, None], k_new[None, :], k_old)
+    sc = tl.where(t_ok, tl.sum(k.to(tl.float32) * q[None, :], 1) * scale, NEG)
+    m = tl.max(sc, 0)
+    p = tl.where(t_ok, tl.exp(sc - m), 0.0)
+    return m, tl.sum(p, 0), tl.sum(p[:, None] * v.to(tl.float32), 0)
+
+
+@triton.jit
 def _head_attention(QKV, KC, VC, b, h, pos, scale, H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr,
                     BT: tl.constexpr, BD: tl.constexpr):
     """Row b's new query of head h against cache slots 0..pos. Returns y (BD,), fp32."""
@@ -61,16 +83,36 @@ def _cache_block(CACHE, bh, pos, NB: tl.constexpr, H: tl.constexpr, D: tl.conste
 
 
 @triton.jit
+def _run_start(run, pos, NB: tl.constexpr, H: tl.constexpr, SPLIT: tl.constexpr):
+    """Where run `run` of SPLIT (_split_shares) starts: its first (row, head) item and that
+    item's slots a..e-1 it covers (a >= e: the run is empty)."""
+    n = pos + 1
+    per_run = (NB * H * n + SPLIT - 1) // SPLIT
+    s0 = run * per_run
+    bh = s0 // n
+    return bh, s0 - bh * n, tl.minimum(tl.minimum(s0 + per_run, NB * H * n), bh * n + n) - bh * n
+
+
+@triton.jit
 def _keys_ahead(KC, bh, pos, NB: tl.constexpr, H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr,
-                BT: tl.constexpr, BD: tl.constexpr, AHEAD: tl.constexpr):
+                BT: tl.constexpr, BD: tl.constexpr, AHEAD: tl.constexpr, SPLIT: tl.constexpr):
     """With AHEAD (the whole window is one block of BT slots), (row, head) bh's keys before this
     step's slot: earlier steps wrote them, so they load while the program waits at the barrier
     that opens the attn phase, like the weights (_weights); else nothing worth loading. Only the
     keys: the values, needed after the scores, load in the scores' shadow, and holding both
     spilled more (sm_90 compile, 384-1152 wide: 436-684 bytes at batch 1-8, against 12-20 at
-    batch 1 and 148-564 at batch 4 and 8 for the keys alone)."""
+    batch 1 and 148-564 at batch 4 and 8 for the keys alone). With SPLIT, bh is the program's
+    first run, and the keys those of its first item's slots before this step's, at their slots."""
     if AHEAD:
-        k = _cache_block(KC, bh, pos, NB, H, D, W_CACHE, BT, BD)
+        if SPLIT:
+            item, a, e = _run_start(bh, pos, NB, H, SPLIT)
+            offs_t = tl.arange(0, BT)
+            offs_d = tl.arange(0, BD)
+            ok = ((offs_t >= a) & (offs_t < tl.minimum(e, pos)))[:, None] & (offs_d < D)[None, :]
+            k = tl.load(KC + (item * W_CACHE + offs_t[:, None]) * D + offs_d[None, :], mask=ok, other=0.0,
+                        cache_modifier=".cg")
+        else:
+            k = _cache_block(KC, bh, pos, NB, H, D, W_CACHE, BT, BD)
     else:
         k = tl.zeros([BT, BD], dtype=KC.dtype.element_ty)
     return k
@@ -117,8 +159,9 @@ def _attention(QKV, KC, VC, CNT, target, k_old, bh, first, pos, scale, NB: tl.co
 
 
 @triton.jit
-def _split_shares(pid, nprog, QKV, KC, VC, CNT, target, YS, YCNT, pos, scale, NB: tl.constexpr, H: tl.constexpr,
-                  D: tl.constexpr, W_CACHE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, SPLIT: tl.constexpr):
+def _split_shares(pid, nprog, QKV, KC, VC, k_old, CNT, target, YS, YCNT, pos, scale, NB: tl.constexpr,
+                  H: tl.constexpr, D: tl.constexpr, W_CACHE: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+                  SPLIT: tl.constexpr, AHEAD: tl.constexpr):
     """The attention's cache slots -- every (row, head)'s pos + 1 of them, end to end -- cut into SPLIT
     equal runs, one a program (SPLIT of them: a program takes runs pid, pid + nprog, ...), whatever
     the count of (row, head) items: so that no program attends over twice the slots of another when
@@ -126,7 +169,8 @@ def _split_shares(pid, nprog, QKV, KC, VC, CNT, target, YS, YCNT, pos, scale, NB
     the ends of one or more items; for each, once its head's q, k and v are counted done, it writes
     its share (m, l, acc: _partial) into YS at the item's part `run - the item's first run`, and
     adds the slots it covered to the head's YCNT: the head's rows are all in when that has grown by
-    NB * (pos + 1) this step. YS: (NB * H, PARTS) shares of BD + 2 floats (acc, then m and l)."""
+    NB * (pos + 1) this step. YS: (NB * H, PARTS) shares of BD + 2 floats (acc, then m and l).
+    AHEAD: the keys of the program's first run's first item were loaded at the barrier (k_old)."""
     PARTS: tl.constexpr = (SPLIT + NB * H - 1) // (NB * H) + 1  # the most runs one item's slots meet
     n = pos + 1
     total = NB * H * n
@@ -140,7 +184,14 @@ def _split_shares(pid, nprog, QKV, KC, VC, CNT, target, YS, YCNT, pos, scale, NB
             a = tl.maximum(s0, bh * n) - bh * n
             e = tl.minimum(s1, bh * n + n) - bh * n
             _wait(CNT + bh % H, target)
-            m, l, acc = _partial(QKV, KC, VC, bh, a, e, scale, H, D, W_CACHE, BT, BD)
+            first = (run == pid) & (bh == s0 // n)  # the item whose keys k_old holds
+            if AHEAD:
+                if first:
+                    m, l, acc = _partial_ahead(QKV, KC, VC, k_old, bh, a, e, pos, scale, H, D, W_CACHE, BT, BD)
+                else:
+                    m, l, acc = _partial(QKV, KC, VC, bh, a, e, scale, H, D, W_CACHE, BT, BD)
+            else:
+                m, l, acc = _partial(QKV, KC, VC, bh, a, e, scale, H, D, W_CACHE, BT, BD)
             share = YS + (bh * PARTS + run - (bh * n) // per_run) * (BD + 2)
             tl.store(share + offs_d, acc)
             tl.store(share + BD + two, tl.where(two == 0, m, l))
@@ -205,7 +256,8 @@ def _attend(pid, nprog, wo_pre, QKV, KC, VC, k_old, first, CNT, target, W_O, XA,
     d_ok = offs_d < D
     rows = tl.arange(0, B_PAD)
     if SPLIT:
-        _split_shares(pid, nprog, QKV, KC, VC, CNT, target, Y, YCNT, pos, scale, NB, H, D, W_CACHE, BT, BD, SPLIT)
+        _split_shares(pid, nprog, QKV, KC, VC, k_old, CNT, target, Y, YCNT, pos, scale, NB, H, D, W_CACHE, BT, BD,
+                      SPLIT, AHEAD)
     elif SHARED_O:
         for bh in range(pid, NB * H, nprog):
             y = _attention(QKV, KC, VC, CNT, target, k_old, bh, first, pos, scale, NB, H, D, W_CACHE, BT, BD,

@@ -140,8 +140,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     PHASES: tl.constexpr = PHASES_PER_LAYER * L + PHASES_PER_TOKEN_EXTRA
     TILES_PER_HEAD: tl.constexpr = (3 * D + SPAN_QKV - 1) // SPAN_QKV
     O_WIDTH: tl.constexpr = (C + O_CHUNKS - 1) // O_CHUNKS
-    # the window is one block: its keys load ahead (_keys_ahead), unless the attention is split in runs
-    KV_AHEAD: tl.constexpr = BT >= W_CACHE and not SPLIT
+    KV_AHEAD: tl.constexpr = BT >= W_CACHE  # the window is one block: its keys load ahead (_keys_ahead)
     SLOT: tl.constexpr = REPS * NB * C  # a stream slot with its copies (kernels/triton_decode_stream.py)
     t0 = tl.load(T_PTR)
     pos0 = tl.load(POS_PTR)
@@ -170,7 +169,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
     else:
         wo_head = W_O
         wo_c0 = o_head * D
-    if SHARED_O:  # the (row, head) of this program's first attention item (_attend)
+    if SHARED_O:  # the (row, head) of this program's first attention item, or with SPLIT its first run (_attend)
         kv_first = pid
     else:
         kv_first = pid // O_CHUNKS
@@ -193,7 +192,7 @@ def _decode_run_kernel(OUT, T_PTR, POS_PTR, NOISE, LOGITS, BAR, CNT, PROF,
             w = _weights(W_QKV + layer * 3 * C * C, r0, r_end, 0, C, C, BN_QKV, BK_QKV, ONE_QKV or AHEAD or PRE_QKV,
                          PACK_QKV)
             wo = _weights(wo_head + layer * C * C, o_row, o_end, wo_c0, wo_c0 + D, WO_LD, BN_O, BD, ONE_O, False)
-            k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD)
+            k_old = _keys_ahead(kc, kv_first, pos, NB, H, D, W_CACHE, BT, BD, KV_AHEAD, SPLIT)
             since = _leave(BAR, k + layer * PHASES_PER_LAYER + 1, PROF, since, PROFILE)
             if L2_NEXT:  # this phase's projection chunk, then the MLP's tile
                 _prefetch_l2(wo_head + layer * C * C, o_row, o_end, wo_c0, wo_c0 + D, WO_LD, PREFETCH_LINES)
