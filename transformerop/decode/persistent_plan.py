@@ -150,7 +150,9 @@ def plan(C: int, H: int, V: int, W: int, batch: int, programs: int, num_warps: i
     # by hand only (SPLIT_KV), with the shared projection: the attention's cache slots cut into one
     # equal run a program (SPLIT runs) instead of a (row, head) item a program, which leaves some
     # programs two items where the items outnumber the programs (1152 wide, batch 8: 144 on 132)
-    # and most idle where they are few; the projection's items combine the runs' shares
+    # and most idle where they are few; the projection's items combine the runs' shares. By hand
+    # because the hand-overs cost more than the balance buys: 0.79-0.81x at batch 8 on an H100
+    # (experiments/results/h100-2026-12-07c)
     t["SPLIT"] = programs if fixed.get("SPLIT_KV", False) and shared else 0
     # the cache's slot blocks: k and v held as loaded, two registers a slot and dimension in fp32,
     # one in a 16-bit dtype; a block of the whole window is one trip to memory fewer for the head,
