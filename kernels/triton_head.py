@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from transformerop.model.split_k import t_matmul
+
 from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache key, not re-hashes it
 
 # rows a program, the reduction chunk over C, warps, pipeline depth: the tile at which ptxas (sm_90,
@@ -118,7 +120,7 @@ def _backward(x, w, tgt, lse, scale):
     g = torch.empty(n, V, dtype=x.dtype, device=x.device)
     _head_bwd[(triton.cdiv(n, BLOCK_M),)](x, w, tgt, lse, scale, dx, g, n, C, V, BLOCK_M=BLOCK_M, VP=vocab_tile(V),
                                           BK=BK, PREC=_prec(x.dtype), num_warps=WARPS, num_stages=STAGES)
-    return dx, (g.t() @ x).to(w.dtype)
+    return dx, t_matmul(g, x).to(w.dtype)  # g^T x with every SM busy
 
 
 class HeadLossFn(torch.autograd.Function):

@@ -137,8 +137,10 @@ def test_dense_embedding_grad_matches_a_float64_scatter():
     dense = build_model(tiny("model.dense_embedding_grad=true"), vocab_size=11).eval()
     dense.load_state_dict(plain.state_dict())
     assert dense.dense_embedding_grad and not plain.dense_embedding_grad
-    x = torch.randint(0, 7, (3, 16))  # ids 7..10 never appear: their rows' gradient is zero
-    g = torch.randn(3, 16, 11)
+    # 512 tokens: wte's sum runs as two split-K partials (split_k.py); ids 7..10 never appear,
+    # so their rows' gradient is zero
+    x = torch.randint(0, 7, (32, 16))
+    g = torch.randn(32, 16, 11)
     logits, _ = dense(x)
     assert torch.equal(logits, plain(x)[0])
     (logits * g).sum().backward()
@@ -150,14 +152,36 @@ def test_dense_embedding_grad_matches_a_float64_scatter():
     (out * g).sum().backward()
     d = emb.grad.double()
     want_wte = torch.zeros(11, 32, dtype=torch.float64)
-    for b in range(3):
+    for b in range(32):
         for t in range(16):
             want_wte[x[b, t]] += d[b, t]
     want_wte += (g.double().reshape(-1, 11).t() @ plain.ln_f(_blocks(plain, emb)).double().reshape(-1, 32))
-    errors = {"wte": (dense.wte.weight.grad.double() - want_wte).abs().max().item(),  # its head's share too
-              "wpe": (dense.wpe.weight.grad.double() - d.sum(0)).abs().max().item()}
-    assert errors["wte"] < 1e-5 and errors["wpe"] < 1e-5, errors
+    rel = lambda got, want: ((got.double() - want).abs().max() / want.abs().max()).item()  # noqa: E731
+    errors = {"wte": rel(dense.wte.weight.grad, want_wte), "wpe": rel(dense.wpe.weight.grad, d.sum(0))}  # wte: the head's share too
+    assert errors["wte"] < 1e-6 and errors["wpe"] < 1e-6, errors
     assert not build_model(tiny("model.dense_embedding_grad=true"), vocab_size=33).dense_embedding_grad
+
+
+def test_split_k_product_against_float64():
+    """split_k.t_matmul: a^T b summed over runs of rows, against a float64 product; the runs it picks;
+    a planted fault (one run's partial left out) is caught."""
+    from transformerop.model import split_k
+    assert [split_k.splits(n) for n in (16384, 2048, 1000, 48, 16384 + 8)] == [32, 8, 2, 1, 8]
+    torch.manual_seed(0)
+    a, b = torch.randn(2048, 65), torch.randn(2048, 384)
+    want = a.double().t() @ b.double()
+    got = split_k.t_matmul(a, b)
+    assert got.dtype == torch.float32 and got.shape == (65, 384)
+    assert (got.double() - want).abs().max().item() < 1e-4
+    lo = split_k.t_matmul(a.bfloat16(), b.bfloat16())  # on the CPU: one matmul, rounded once
+    assert lo.dtype == torch.float32
+    assert (lo.double() - want).abs().max().item() / want.abs().max().item() < 2e-2
+    real = torch.bmm
+    try:  # planted: the last run's partial dropped
+        torch.bmm = lambda x, y, **kw: torch.cat([real(x[:-1], y[:-1], **kw), torch.zeros_like(real(x[-1:], y[-1:]))])
+        assert (split_k.t_matmul(a, b).double() - want).abs().max().item() > 1.0
+    finally:
+        torch.bmm = real
 
 
 def _blocks(model, emb):

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ..runtime import interpreting, torch_dtype
 from .attention import BackendUnavailable, get_backend
+from .split_k import t_matmul
 
 
 class OneHotGrad(torch.autograd.Function):
@@ -43,7 +44,7 @@ class OneHotGrad(torch.autograd.Function):
         # no id is checked against the rows on the host, so a CUDA graph captures it (columns padded
         # to a 16-byte-aligned stride measured no faster)
         one_hot = torch.zeros(g.shape[0], ctx.rows, dtype=g.dtype, device=g.device).scatter_(1, idx.reshape(-1, 1), 1.0)
-        return None, one_hot.t() @ g
+        return None, t_matmul(one_hot, g).to(g.dtype)  # every SM busy: split_k.py
 
 
 class MLP(nn.Module):
