@@ -21,9 +21,28 @@ def splits(n: int) -> int:
     return s
 
 
-def _fp32_partials() -> bool:
-    """torch's bmm with an fp32 result from bf16/fp16 operands (the out_dtype overload, CUDA only)."""
-    return hasattr(torch.ops.aten.bmm, "dtype")
+_fp32_ok: dict = {}  # device -> whether torch's bmm gives an fp32 result from bf16/fp16 operands there
+
+
+def fp32_partials(device) -> bool:
+    """Whether torch's bmm makes fp32 results from 16-bit operands on `device` (its out_dtype
+    overload, CUDA only), tried once a device on tiny operands -- never inside a CUDA-graph
+    capture, which would keep the try as a node: there the answer is False until a call outside
+    (kernel_warmups' makes one before the first step) has tried."""
+    dev = torch.device(device)
+    if dev in _fp32_ok:
+        return _fp32_ok[dev]
+    if dev.type != "cuda" or not hasattr(torch.ops.aten.bmm, "dtype"):
+        _fp32_ok[dev] = False
+    elif torch.cuda.is_current_stream_capturing():
+        return False
+    else:
+        try:
+            a = torch.ones(2, 16, 16, dtype=torch.bfloat16, device=dev)
+            _fp32_ok[dev] = bool(torch.bmm(a, a, out_dtype=torch.float32).dtype == torch.float32)
+        except (RuntimeError, TypeError, NotImplementedError):
+            _fp32_ok[dev] = False
+    return _fp32_ok[dev]
 
 
 def t_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -33,7 +52,7 @@ def t_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     n = a.shape[0]
     s = splits(n)
     low = a.dtype in (torch.bfloat16, torch.float16)
-    if s == 1 or (low and not (a.is_cuda and _fp32_partials())):
+    if s == 1 or (low and not fp32_partials(a.device)):
         return (a.t() @ b).float()  # one matmul, as before the split
     a3, b3 = a.reshape(s, n // s, a.shape[1]).transpose(1, 2), b.reshape(s, n // s, b.shape[1])
     part = torch.bmm(a3, b3, out_dtype=torch.float32) if low else torch.bmm(a3, b3)
