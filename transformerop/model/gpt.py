@@ -25,7 +25,7 @@ from .split_k import t_matmul
 
 class OneHotGrad(torch.autograd.Function):
     """wte(idx) as a gather forward; backward, the weight's gradient as one_hot(idx)^T @ grad: one
-    matmul where torch's embedding backward sorts the indices and sums their runs (about seven
+    split-K matmul (split_k.py) where torch's embedding backward sorts the indices and sums their runs (about seven
     kernels, each of a few µs, ~75 µs a step for wte and wpe together on the H200 at 16,384 tokens
     into 65 rows). In the gradient's own dtype (fp32: IEEE unless the user allowed TF32) and for a
     vocabulary no larger than n_embd, so that the one-hot is no larger than the gradient."""
