@@ -162,7 +162,7 @@ def test_dense_embedding_grad_matches_a_float64_scatter():
     assert not build_model(tiny("model.dense_embedding_grad=true"), vocab_size=33).dense_embedding_grad
 
 
-def test_split_k_product_against_float64():
+def test_split_k_product_against_float64(monkeypatch):
     """split_k.t_matmul: a^T b summed over runs of rows, against a float64 product; the runs it picks;
     a planted fault (one run's partial left out) is caught."""
     from transformerop.model import split_k
@@ -176,12 +176,10 @@ def test_split_k_product_against_float64():
     lo = split_k.t_matmul(a.bfloat16(), b.bfloat16())  # on the CPU: one matmul, rounded once
     assert lo.dtype == torch.float32
     assert (lo.double() - want).abs().max().item() / want.abs().max().item() < 2e-2
-    real = torch.bmm
-    try:  # planted: the last run's partial dropped
-        torch.bmm = lambda x, y, **kw: torch.cat([real(x[:-1], y[:-1], **kw), torch.zeros_like(real(x[-1:], y[-1:]))])
-        assert (split_k.t_matmul(a, b).double() - want).abs().max().item() > 1.0
-    finally:
-        torch.bmm = real
+    real = torch.bmm  # planted: the last run's partial dropped
+    monkeypatch.setattr(torch, "bmm", lambda x, y, **kw: torch.cat([real(x[:-1], y[:-1], **kw),
+                                                                     torch.zeros_like(real(x[-1:], y[-1:]))]))
+    assert (split_k.t_matmul(a, b).double() - want).abs().max().item() > 1.0
 
 
 def _blocks(model, emb):
