@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -31,6 +32,7 @@ CPU_CASES = [(f"T{t}_D{d}", 2, 2, t, t, d, "float32", True, "contiguous", None)
 ]
 
 HELPERS = '''
+import numpy as np
 import torch
 
 def reference(q, k, v, causal=True):
@@ -97,7 +99,8 @@ def dropout_case(ta, p, device="cpu", dtype=torch.float32, allow_tf32=False, T=3
     errs.update({n: rel_err(a.grad, b.grad) for n, a, b in zip(("dq", "dk", "dv"), qkv, ref_in)})
     visible = causal.sum().item() * B * H
     both = lambda a, b, ok: ((a & b)[ok.expand_as(a)].float().mean().item())  # noqa: E731
-    return errs, {"kept": keep.sum().item() / visible, "changed": (keep != other).sum().item() / visible,
+    bits = np.packbits(keep.reshape(B * H * T, T).cpu().numpy()).tobytes().hex()  # rows (b*H + h)*T + query
+    return errs, {"kept": keep.sum().item() / visible, "changed": (keep != other).sum().item() / visible, "bits": bits,
                   "kept_pairs_along_keys": both(keep[..., 1:], keep[..., :-1], causal[:, 1:]),
                   "kept_pairs_along_queries": both(keep[..., 1:, :], keep[..., :-1, :], causal[:-1, :])}
 
@@ -200,6 +203,13 @@ def test_interpreted_dropout(interpreted):
     decisions are independent."""
     errs, mask = interpreted["dropout"], interpreted["dropout_mask"]
     assert all(e <= FP32_TOL for e in errs.values()), errs
+    # the forward's decisions are the ones tests/test_dropout_hash.py's formula makes, wherever a
+    # score is visible (row (b*H + h)*T + query, seed 1234; B = H = 2, T = 33)
+    from test_dropout_hash import formula
+    T = 33
+    got = np.unpackbits(np.frombuffer(bytes.fromhex(mask["bits"]), np.uint8))[:4 * T * T].reshape(4 * T, T)
+    visible = np.tile(np.tril(np.ones((T, T), dtype=bool)), (4, 1))
+    assert np.array_equal(got.astype(bool)[visible], formula(1234, 0, 4 * T, T, 0.3)[visible])
     assert abs(mask["kept"] - 0.7) < 0.04 and abs(mask["changed"] - 0.42) < 0.06, mask
     # neighbours are independent: both kept with probability 0.7^2 = 0.49 (~2,100 pairs each)
     assert abs(mask["kept_pairs_along_keys"] - 0.49) < 0.05, mask

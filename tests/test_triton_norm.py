@@ -8,6 +8,7 @@ CPU: under TRITON_INTERPRET=1 in one subprocess (the variable must be set before
 imported), fp32 only (the interpreter has no bf16). GPU: bf16 at the seed's training shape."""
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CHECKS = r'''
 import json, sys
+import numpy as np
 import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
@@ -22,7 +24,7 @@ from kernels import triton_norm as TN
 from transformerop.measure.reference import float64_model, norm_rel_err
 
 dev = torch.device(sys.argv[1]); dt = getattr(torch, sys.argv[2]); N_ROWS, C = int(sys.argv[3]), int(sys.argv[4])
-out = {}
+out = {"shape": [N_ROWS, C]}
 
 
 def formula(x, br, w, b, keep, p, eps):
@@ -87,6 +89,7 @@ br = torch.ones(N_ROWS, C, device=dev, dtype=dt)
 masks = [(TN.add_norm(None, br, ln, 0.5, torch.tensor([s], device=dev))[0] != 0) for s in (1, 1, 2)]
 out["same_seed_same_mask"] = bool(torch.equal(masks[0], masks[1]))
 out["new_seed_new_mask"] = float((masks[0] != masks[2]).float().mean())
+out["mask_bits"] = np.packbits(masks[0].cpu().numpy()).tobytes().hex()  # seed 1, p 0.5: for the formula check
 
 # the fused GPT against its float64 copy, and a planted fault in the kernel's backward
 m = OmegaConf.create(dict(name="gpt", n_layer=2, n_head=2, n_embd=C, block_size=16, dropout=0.2, bias=True,
@@ -157,6 +160,11 @@ def _assert(out, tol, grad_tol, gate_tol):
     assert s["dtypes"] == [s["expected"]] * 4 and s["h"] < tol and s["y"] < tol, s
     assert all(e < grad_tol for e in s["grads"]), s
     assert out["same_seed_same_mask"] and 0.3 < out["new_seed_new_mask"] < 0.7
+    # the kernel's decisions are those of tests/test_dropout_hash.py's formula (row, column, seed 1)
+    from test_dropout_hash import formula
+    n_rows, C = out["shape"]
+    got = np.unpackbits(np.frombuffer(bytes.fromhex(out["mask_bits"]), np.uint8))[:n_rows * C].reshape(n_rows, C)
+    assert np.array_equal(got.astype(bool), formula(1, 0, n_rows, C, 0.5))
     assert out["model_grad_err"] < gate_tol
     assert out["planted_grad_err"] > gate_tol  # the gate's measure sees a 1% error in one gradient
     assert out["train_grads"] and out["train_losses_differ"]
