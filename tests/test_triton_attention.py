@@ -205,11 +205,10 @@ def test_interpreted_dropout(interpreted):
     assert all(e <= FP32_TOL for e in errs.values()), errs
     # the forward's decisions are the ones tests/test_dropout_hash.py's formula makes, wherever a
     # score is visible (row (b*H + h)*T + query, seed 1234; B = H = 2, T = 33)
-    from test_dropout_hash import formula
+    from test_dropout_hash import formula, unpack
     T = 33
-    got = np.unpackbits(np.frombuffer(bytes.fromhex(mask["bits"]), np.uint8))[:4 * T * T].reshape(4 * T, T)
     visible = np.tile(np.tril(np.ones((T, T), dtype=bool)), (4, 1))
-    assert np.array_equal(got.astype(bool)[visible], formula(1234, 0, 4 * T, T, 0.3)[visible])
+    assert np.array_equal(unpack(mask["bits"], 4 * T, T)[visible], formula(1234, 0, 4 * T, T, 0.3)[visible])
     assert abs(mask["kept"] - 0.7) < 0.04 and abs(mask["changed"] - 0.42) < 0.06, mask
     # neighbours are independent: both kept with probability 0.7^2 = 0.49 (~2,100 pairs each)
     assert abs(mask["kept_pairs_along_keys"] - 0.49) < 0.05, mask

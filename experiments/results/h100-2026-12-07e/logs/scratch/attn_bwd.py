@@ -2,7 +2,6 @@
 where its ~95 us go. Every form is checked against a float64 reference of the same math first."""
 import math, sys, torch
 from triton.testing import do_bench
-sys.path.insert(0, ".")
 from kernels import triton_attention as K
 from kernels.triton_attention_kernels import BWD_CONFIGS
 

@@ -3,13 +3,11 @@ step's shape (16,384 x 384, bf16 stream, dropout 0.2, no bias), each form checke
 formula first. In the speedrun's profile the backward takes 23 us (H200) / 26 us (H100) where its
 ~63 MB need 13 / 19 us at the datasheet bandwidth. Run from the repository root on a GPU."""
 import itertools
-import sys
 
 import torch
 from triton.testing import do_bench
 
-sys.path.insert(0, ".")
-from kernels import triton_norm as TN  # noqa: E402
+from kernels import triton_norm as TN
 
 torch.manual_seed(0)
 n, C, p, dev, dt = 16_384, 384, 0.2, "cuda", torch.bfloat16
