@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ..runtime import interpreting, torch_dtype
 from .attention import BackendUnavailable, get_backend
-from .split_k import t_matmul
+from .split_k import one_hot_t_matmul
 
 
 class OneHotGrad(torch.autograd.Function):
@@ -40,11 +40,8 @@ class OneHotGrad(torch.autograd.Function):
     def backward(ctx, grad):
         (idx,) = ctx.saved_tensors
         g = grad.reshape(-1, grad.shape[-1])
-        # the one-hot written in g's dtype at once (a memset and a scatter: no int64 copy to cast);
-        # no id is checked against the rows on the host, so a CUDA graph captures it (columns padded
-        # to a 16-byte-aligned stride measured no faster)
-        one_hot = torch.zeros(g.shape[0], ctx.rows, dtype=g.dtype, device=g.device).scatter_(1, idx.reshape(-1, 1), 1.0)
-        return None, t_matmul(one_hot, g).to(g.dtype)  # every SM busy: split_k.py
+        # no id is checked against the rows on the host, so a CUDA graph captures it
+        return None, one_hot_t_matmul(idx, ctx.rows, g).to(g.dtype)  # every SM busy: split_k.py
 
 
 class MLP(nn.Module):
