@@ -2,13 +2,13 @@
 two weight gradients, the head's g^T x and wte's one_hot(idx)^T g, 65 x 384 over 16,384 tokens
 at the seed's step.
 
-cuBLAS runs these on kernels made for other shapes: the one-hot product in fp32 on a SIMT kernel
-(43.7 µs on the H100 at the seed's step, from the 32 split-K partials of split_k.py), the head's in
-bf16 on a cutlass kernel aligned to one element (65 columns; 20.5 µs), each after a one-hot's
-memset and scatter or before a sum of the partials. Here a program takes ROWS tokens and a block of
-BC columns and adds a^T b over them on the tensor cores, R padded to a tile of RP; a second pass
-sums the programs' (R x C) partials. The one-hot is never written: a program compares its tokens'
-ids with the tile's rows.
+Through split_k.py's batched matmuls cuBLAS runs these on kernels made for other shapes: the
+one-hot product in fp32 on a SIMT kernel (43.7 µs on the H100 at the seed's step, after the
+one-hot's memset and scatter), the head's in bf16 on a cutlass kernel aligned to one element (65
+columns; 20.5 µs). Here a program takes ROWS tokens and a block of BC columns and adds a^T b over
+them on the tensor cores, R padded to a tile of 128 (or 256: two sizes, so that warm-ups need not
+know the vocabulary); torch's sum adds the programs' (R x C) partials. The one-hot is never
+written: a program compares its tokens' ids with the tile's rows.
 
 fp32 b (the embedding's gradient under an fp32 stream) is split into three bf16 terms,
 b = b1 + b2 + b3 exactly (each the rounding of what the previous ones left), so the products
@@ -79,6 +79,15 @@ def tn(a, b: torch.Tensor, idx=None, R: int | None = None) -> torch.Tensor:
     part = torch.empty((chunks, R, C), dtype=torch.float32, device=b.device)
     _tn_partials[(chunks, triton.cdiv(C, BC))](
         a if a is not None else b, idx if one_hot else b, b, part, n, R, C, ONE_HOT=one_hot,
-        SPLIT=b.dtype == torch.float32, RP=max(16, triton.next_power_of_2(R)), STEPS=steps, BT=BT, BC=BC,
+        SPLIT=b.dtype == torch.float32, RP=128 if R <= 128 else 256, STEPS=steps, BT=BT, BC=BC,
         num_warps=WARPS)
     return part.sum(0)
+
+
+def warmups(C: int, device) -> list:
+    """A zero-argument call launching the one-hot form a train step's embedding gradient runs
+    (fp32, a character vocabulary's tile of 128) at width C on 16 tokens of zeros, before a job's
+    first step (transformerop/cuda_early.py); the head's g^T x form is the head's warm-up's."""
+    g = torch.zeros(16, C, device=device)
+    idx = torch.zeros(16, dtype=torch.int64, device=device)
+    return [lambda: tn(None, g, idx=idx, R=65)]

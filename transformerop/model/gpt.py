@@ -178,6 +178,9 @@ class GPT(nn.Module):
         if getattr(m, "cublaslt_mlp", False):  # not Triton: the extension's build or load, the handle
             from kernels.cublaslt_mlp import warmups
             calls += warmups(m.n_embd, device)
+        if getattr(m, "dense_embedding_grad", False) and torch.device(device).type == "cuda":  # wte's fp32 gradient
+            from kernels.triton_tn import warmups
+            calls += warmups(m.n_embd, device)
         if m.fused_head:  # the head reads ln_f's output in autocast's dtype (fp32 without autocast)
             from kernels.triton_head import warmups
             calls += warmups(m.n_embd, compute, device)
