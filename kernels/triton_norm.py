@@ -26,6 +26,9 @@ ROWS = 4  # forward: rows per program, a ROWS x next_pow2(C) tile
 # on two warps, four per program: the kernel alone at 16,384 x 384 took 31.5 us against 50 us for
 # four-row tiles on four warps (experiments/results/h200-2026-12-01b/logs/call8_bwd_tile_profile.txt)
 BWD_ROWS, BWD_TILES, BWD_WARPS = 2, 4, 2
+# the backward's dw (and db): each program's column sums added into one zeroed row by fp32 atomics
+# (true), or written as a (programs x C) partial that _column_sums finishes in a second launch
+BWD_ATOMIC_DW = False
 
 
 @triton.jit(do_not_specialize=["n_rows"])  # a launch at any row count finds the same kernel
@@ -59,7 +62,7 @@ def _add_norm_fwd(X, BR, H, Y, W, B, MEAN, RSTD, SEED, drop_thr, drop_scale, n_r
 def _add_norm_bwd(DY, DH_IN, H, W, MEAN, RSTD, DX, DBR, DW_PART, DB_PART, SEED, drop_thr, drop_scale,
                   n_rows, C, rows_per_prog,
                   HAS_DH: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr,
-                  ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
+                  ATOMIC_DW: tl.constexpr, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_C)
     cmask = cols < C
@@ -96,9 +99,14 @@ def _add_norm_bwd(DY, DH_IN, H, W, MEAN, RSTD, DX, DBR, DW_PART, DB_PART, SEED, 
         dw += tl.sum(dy * xhat, axis=0)
         if HAS_BIAS:
             db += tl.sum(dy, axis=0)
-    tl.store(DW_PART + pid * C + cols, dw, mask=cmask)
-    if HAS_BIAS:
-        tl.store(DB_PART + pid * C + cols, db, mask=cmask)
+    if ATOMIC_DW:
+        tl.atomic_add(DW_PART + cols, dw, mask=cmask, sem="relaxed")
+        if HAS_BIAS:
+            tl.atomic_add(DB_PART + cols, db, mask=cmask, sem="relaxed")
+    else:
+        tl.store(DW_PART + pid * C + cols, dw, mask=cmask)
+        if HAS_BIAS:
+            tl.store(DB_PART + pid * C + cols, db, mask=cmask)
 
 
 @triton.jit
@@ -159,16 +167,19 @@ def _backward(dy, dh_in, h, weight, bias, mean, rstd, seed, p_drop, x_dtype, br_
     dbr = torch.empty((n, C), dtype=br_dtype, device=h.device)
     rows_per_prog = _rows_per_program(n, h.device)
     progs = triton.cdiv(n, rows_per_prog)
-    dw_part = torch.empty((progs, C), dtype=torch.float32, device=h.device)
-    db_part = torch.empty((progs, C), dtype=torch.float32, device=h.device) if bias is not None else dw_part
+    parts = (1, C) if BWD_ATOMIC_DW else (progs, C)
+    dw_part = (torch.zeros if BWD_ATOMIC_DW else torch.empty)(parts, dtype=torch.float32, device=h.device)
+    db_part = (torch.zeros if BWD_ATOMIC_DW else torch.empty)(parts, dtype=torch.float32, device=h.device) \
+        if bias is not None else dw_part
     dropout = seed is not None and p_drop > 0
     _add_norm_bwd[(progs,)](
         dy, dh_in if dh_in is not None else dy, h, weight, mean, rstd, dx if dx is not None else dbr, dbr,
         dw_part, db_part, seed if dropout else mean, threshold(p_drop), 1.0 / (1.0 - p_drop), n, C, rows_per_prog,
         HAS_DH=dh_in is not None, HAS_RES=dx is not None, HAS_BIAS=bias is not None, DROPOUT=dropout,
-        ROWS=BWD_ROWS, BLOCK_C=triton.next_power_of_2(C), num_warps=BWD_WARPS)
-    dw = _finish(dw_part).to(weight.dtype)
-    db = _finish(db_part).to(bias.dtype) if bias is not None else None
+        ATOMIC_DW=BWD_ATOMIC_DW, ROWS=BWD_ROWS, BLOCK_C=triton.next_power_of_2(C), num_warps=BWD_WARPS)
+    finish = (lambda part: part[0]) if BWD_ATOMIC_DW else _finish
+    dw = finish(dw_part).to(weight.dtype)
+    db = finish(db_part).to(bias.dtype) if bias is not None else None
     return dx, dbr, dw, db
 
 
