@@ -24,11 +24,12 @@ from .split_k import one_hot_t_matmul
 
 
 class OneHotGrad(torch.autograd.Function):
-    """wte(idx) as a gather forward; backward, the weight's gradient as one_hot(idx)^T @ grad: one
-    split-K matmul (split_k.py) where torch's embedding backward sorts the indices and sums their runs (about seven
-    kernels, each of a few µs, ~75 µs a step for wte and wpe together on the H200 at 16,384 tokens
-    into 65 rows). In the gradient's own dtype (fp32: IEEE unless the user allowed TF32) and for a
-    vocabulary no larger than n_embd, so that the one-hot is no larger than the gradient."""
+    """wte(idx) as a gather forward; backward, the weight's gradient as one_hot(idx)^T @ grad
+    (split_k.one_hot_t_matmul: on CUDA one Triton kernel, kernels/triton_tn.py) where torch's
+    embedding backward sorts the indices and sums their runs (about seven kernels, each of a few
+    µs, ~75 µs a step for wte and wpe together on the H200 at 16,384 tokens into 65 rows). Summed
+    in fp32 from the gradient's own values, for a vocabulary no larger than n_embd (off CUDA the
+    one-hot is written, no larger than the gradient)."""
 
     @staticmethod
     def forward(ctx, idx, weight):

@@ -8,7 +8,8 @@ the bytes and flops need a few µs. Here the tokens are cut into `splits` equal 
 matmul makes each run's partial product (more SMs busy) and a sum adds the partials, in fp32. On an
 H100 (experiments/results/h100-2026-12-07d): fp32 63.5 -> 54.2 µs, still a CUDA-core kernel on
 rows 65 wide; bf16 47.6 -> 34.3 µs, its result no longer rounded to bf16; the train step 0.9%
-faster (B A B A)."""
+faster (B A B A). On CUDA the products kernels/triton_tn.py takes (a one-hot's, and 16-bit
+operands) go there instead: the split here is for the rest (fp32 operands, CPUs)."""
 import torch
 
 MIN_ROWS = 256  # rows a run at least: shorter runs are all prologue and epilogue
