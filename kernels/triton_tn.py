@@ -25,7 +25,7 @@ BT, BC, WARPS = 64, 128, 8  # tokens a dot, columns a program (a 128 x 128 fp32 
 ROWS = 256  # tokens a program: 64 programs a column block at 16,384 tokens
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n", "R"])  # one compile for any token count and vocabulary (warm-ups)
 def _tn_partials(A, IDX, B, PART, n, R, C, ONE_HOT: tl.constexpr, SPLIT: tl.constexpr, RP: tl.constexpr,
                  STEPS: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr):
     pid_t, pid_c = tl.program_id(0), tl.program_id(1)
