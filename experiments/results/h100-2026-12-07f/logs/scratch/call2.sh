@@ -17,6 +17,7 @@ echo "== train step B A B A"; date -u +%T
 for r in 1 2; do bench B$r; swap_old; bench A$r; swap_new; done
 cmp -s /tmp/newtn/gpt.py transformerop/model/gpt.py && echo "B restored"
 echo "== norm backward sweep"; date -u +%T
-timeout 100 python .gpu/scratch/norm_bwd_sweep.py  # ../h100-2026-12-07e/logs/scratch/norm_bwd_sweep.py patched by norm_bwd_sweep.patch; > $OUT/c2_norm_sweep.log 2>&1; echo "rc $?"
+# .gpu/scratch/norm_bwd_sweep.py: ../h100-2026-12-07e/logs/scratch/norm_bwd_sweep.py patched by norm_bwd_sweep.patch
+timeout 100 python .gpu/scratch/norm_bwd_sweep.py > $OUT/c2_norm_sweep.log 2>&1; echo "rc $?"
 grep shipped $OUT/c2_norm_sweep.log; grep " us " $OUT/c2_norm_sweep.log | sort -t: -k2 -n | head -8; grep -c FAILED $OUT/c2_norm_sweep.log
 date -u +%T
