@@ -22,10 +22,14 @@ from . import triton_key  # noqa: F401 -- a fresh process reads Triton's cache k
 from .triton_dropout import kept, row_keys, threshold
 
 ROWS = 4  # forward: rows per program, a ROWS x next_pow2(C) tile
-# backward on a GPU: rows per tile, tiles per program (a loop), warps per program. Two-row tiles
-# on two warps, four per program: the kernel alone at 16,384 x 384 took 31.5 us against 50 us for
-# four-row tiles on four warps (experiments/results/h200-2026-12-01b/logs/call8_bwd_tile_profile.txt)
+# backward: rows per tile, tiles per program (a loop), warps per program. Two-row tiles on two
+# warps, four per program: the kernel alone at 16,384 x 384 took 31.5 us against 50 us for
+# four-row tiles on four warps (experiments/results/h200-2026-12-01b/logs/call8_bwd_tile_profile.txt),
+# and against 56 us for two programs an SM looping over all their rows, too few bytes in flight
 BWD_ROWS, BWD_TILES, BWD_WARPS = 2, 4, 2
+# the backward's dw (and db): each program's column sums added into one zeroed row by fp32 atomics
+# (true), or written as a (programs x C) partial that _column_sums finishes in a second launch
+BWD_ATOMIC_DW = False
 
 
 @triton.jit(do_not_specialize=["n_rows"])  # a launch at any row count finds the same kernel
@@ -57,22 +61,20 @@ def _add_norm_fwd(X, BR, H, Y, W, B, MEAN, RSTD, SEED, drop_thr, drop_scale, n_r
 
 @triton.jit(do_not_specialize=["n_rows"])
 def _add_norm_bwd(DY, DH_IN, H, W, MEAN, RSTD, DX, DBR, DW_PART, DB_PART, SEED, drop_thr, drop_scale,
-                  n_rows, C, rows_per_prog,
+                  n_rows, C,
                   HAS_DH: tl.constexpr, HAS_RES: tl.constexpr, HAS_BIAS: tl.constexpr, DROPOUT: tl.constexpr,
-                  ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
+                  ATOMIC_DW: tl.constexpr, ROWS: tl.constexpr, TILES: tl.constexpr, BLOCK_C: tl.constexpr):
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_C)
     cmask = cols < C
     w = tl.load(W + cols, mask=cmask, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_C], dtype=tl.float32)
     db = tl.zeros([BLOCK_C], dtype=tl.float32)
-    first = pid * rows_per_prog
-    end = tl.minimum(first + rows_per_prog, n_rows)
     if DROPOUT:
         seed = tl.load(SEED)
-    for r0 in range(first, end, ROWS):
-        rows = r0 + tl.arange(0, ROWS)
-        rmask = rows < end
+    for t in range(TILES):  # a trip count known at compile time: Triton 3.6's interpreter takes no other
+        rows = (pid * TILES + t) * ROWS + tl.arange(0, ROWS)
+        rmask = rows < n_rows
         mask = rmask[:, None] & cmask[None, :]
         offs = rows.to(tl.int64)[:, None] * C + cols[None, :]
         mean = tl.load(MEAN + rows, mask=rmask, other=0.0)
@@ -96,9 +98,14 @@ def _add_norm_bwd(DY, DH_IN, H, W, MEAN, RSTD, DX, DBR, DW_PART, DB_PART, SEED, 
         dw += tl.sum(dy * xhat, axis=0)
         if HAS_BIAS:
             db += tl.sum(dy, axis=0)
-    tl.store(DW_PART + pid * C + cols, dw, mask=cmask)
-    if HAS_BIAS:
-        tl.store(DB_PART + pid * C + cols, db, mask=cmask)
+    if ATOMIC_DW:
+        tl.atomic_add(DW_PART + cols, dw, mask=cmask, sem="relaxed")
+        if HAS_BIAS:
+            tl.atomic_add(DB_PART + cols, db, mask=cmask, sem="relaxed")
+    else:
+        tl.store(DW_PART + pid * C + cols, dw, mask=cmask)
+        if HAS_BIAS:
+            tl.store(DB_PART + pid * C + cols, db, mask=cmask)
 
 
 @triton.jit
@@ -125,16 +132,6 @@ def _finish(part: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _rows_per_program(n_rows: int, device) -> int:
-    """Backward rows per program. On a GPU one ROWS tile each, as in the forward: the H200 ran
-    the backward at 56 µs (16,384 x 384) with two programs per SM looping over their rows, the
-    loop's dependent loads keeping too few bytes in flight; the price of one tile per program is
-    a (n_rows / ROWS) x C partial-sum buffer for dw. The interpreter: a few programs, long loops."""
-    if device.type == "cuda":
-        return BWD_ROWS * BWD_TILES
-    return BWD_ROWS * triton.cdiv(triton.cdiv(n_rows, 4), BWD_ROWS)
-
-
 def _forward(xr, br, weight, bias, seed, p_drop, eps, out_dtype, stream_dtype):
     """One forward launch on (n, C) rows: xr the residual (None: the stream starts at the branch).
     Returns h, y, mean, rstd."""
@@ -157,18 +154,20 @@ def _backward(dy, dh_in, h, weight, bias, mean, rstd, seed, p_drop, x_dtype, br_
     n, C = h.shape
     dx = torch.empty((n, C), dtype=x_dtype, device=h.device) if x_dtype is not None else None
     dbr = torch.empty((n, C), dtype=br_dtype, device=h.device)
-    rows_per_prog = _rows_per_program(n, h.device)
-    progs = triton.cdiv(n, rows_per_prog)
-    dw_part = torch.empty((progs, C), dtype=torch.float32, device=h.device)
-    db_part = torch.empty((progs, C), dtype=torch.float32, device=h.device) if bias is not None else dw_part
+    progs = triton.cdiv(n, BWD_TILES * BWD_ROWS)
+    parts = (1, C) if BWD_ATOMIC_DW else (progs, C)
+    dw_part = (torch.zeros if BWD_ATOMIC_DW else torch.empty)(parts, dtype=torch.float32, device=h.device)
+    db_part = (torch.zeros if BWD_ATOMIC_DW else torch.empty)(parts, dtype=torch.float32, device=h.device) \
+        if bias is not None else dw_part
     dropout = seed is not None and p_drop > 0
     _add_norm_bwd[(progs,)](
         dy, dh_in if dh_in is not None else dy, h, weight, mean, rstd, dx if dx is not None else dbr, dbr,
-        dw_part, db_part, seed if dropout else mean, threshold(p_drop), 1.0 / (1.0 - p_drop), n, C, rows_per_prog,
+        dw_part, db_part, seed if dropout else mean, threshold(p_drop), 1.0 / (1.0 - p_drop), n, C,
         HAS_DH=dh_in is not None, HAS_RES=dx is not None, HAS_BIAS=bias is not None, DROPOUT=dropout,
-        ROWS=BWD_ROWS, BLOCK_C=triton.next_power_of_2(C), num_warps=BWD_WARPS)
-    dw = _finish(dw_part).to(weight.dtype)
-    db = _finish(db_part).to(bias.dtype) if bias is not None else None
+        ATOMIC_DW=BWD_ATOMIC_DW, ROWS=BWD_ROWS, TILES=BWD_TILES, BLOCK_C=triton.next_power_of_2(C), num_warps=BWD_WARPS)
+    finish = (lambda part: part[0]) if BWD_ATOMIC_DW else _finish
+    dw = finish(dw_part).to(weight.dtype)
+    db = finish(db_part).to(bias.dtype) if bias is not None else None
     return dx, dbr, dw, db
 
 

@@ -20,15 +20,16 @@ import torch.nn.functional as F
 from ..errors import ConfigError
 from ..runtime import interpreting, torch_dtype
 from .attention import BackendUnavailable, get_backend
-from .split_k import t_matmul
+from .split_k import one_hot_t_matmul
 
 
 class OneHotGrad(torch.autograd.Function):
-    """wte(idx) as a gather forward; backward, the weight's gradient as one_hot(idx)^T @ grad: one
-    split-K matmul (split_k.py) where torch's embedding backward sorts the indices and sums their runs (about seven
-    kernels, each of a few µs, ~75 µs a step for wte and wpe together on the H200 at 16,384 tokens
-    into 65 rows). In the gradient's own dtype (fp32: IEEE unless the user allowed TF32) and for a
-    vocabulary no larger than n_embd, so that the one-hot is no larger than the gradient."""
+    """wte(idx) as a gather forward; backward, the weight's gradient as one_hot(idx)^T @ grad
+    (split_k.one_hot_t_matmul: on CUDA one Triton kernel, kernels/triton_tn.py) where torch's
+    embedding backward sorts the indices and sums their runs (about seven kernels, each of a few
+    µs, ~75 µs a step for wte and wpe together on the H200 at 16,384 tokens into 65 rows). Summed
+    in fp32 from the gradient's own values, for a vocabulary no larger than n_embd (off CUDA the
+    one-hot is written, no larger than the gradient)."""
 
     @staticmethod
     def forward(ctx, idx, weight):
@@ -40,11 +41,8 @@ class OneHotGrad(torch.autograd.Function):
     def backward(ctx, grad):
         (idx,) = ctx.saved_tensors
         g = grad.reshape(-1, grad.shape[-1])
-        # the one-hot written in g's dtype at once (a memset and a scatter: no int64 copy to cast);
-        # no id is checked against the rows on the host, so a CUDA graph captures it (columns padded
-        # to a 16-byte-aligned stride measured no faster)
-        one_hot = torch.zeros(g.shape[0], ctx.rows, dtype=g.dtype, device=g.device).scatter_(1, idx.reshape(-1, 1), 1.0)
-        return None, t_matmul(one_hot, g).to(g.dtype)  # every SM busy: split_k.py
+        # no id is checked against the rows on the host, so a CUDA graph captures it
+        return None, one_hot_t_matmul(idx, ctx.rows, g).to(g.dtype)  # every SM busy: split_k.py
 
 
 class MLP(nn.Module):
@@ -180,6 +178,9 @@ class GPT(nn.Module):
             calls += warmups(m.n_embd, m.bias, compute, device)
         if getattr(m, "cublaslt_mlp", False):  # not Triton: the extension's build or load, the handle
             from kernels.cublaslt_mlp import warmups
+            calls += warmups(m.n_embd, device)
+        if getattr(m, "dense_embedding_grad", False) and torch.device(device).type == "cuda":  # wte's fp32 gradient
+            from kernels.triton_tn import warmups
             calls += warmups(m.n_embd, device)
         if m.fused_head:  # the head reads ln_f's output in autocast's dtype (fp32 without autocast)
             from kernels.triton_head import warmups

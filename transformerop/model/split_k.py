@@ -8,7 +8,8 @@ the bytes and flops need a few µs. Here the tokens are cut into `splits` equal 
 matmul makes each run's partial product (more SMs busy) and a sum adds the partials, in fp32. On an
 H100 (experiments/results/h100-2026-12-07d): fp32 63.5 -> 54.2 µs, still a CUDA-core kernel on
 rows 65 wide; bf16 47.6 -> 34.3 µs, its result no longer rounded to bf16; the train step 0.9%
-faster (B A B A)."""
+faster (B A B A). On CUDA the products kernels/triton_tn.py takes (a one-hot's, and 16-bit
+operands) go there instead: the split here is for the rest (fp32 operands, CPUs)."""
 import torch
 
 MIN_ROWS = 256  # rows a run at least: shorter runs are all prologue and epilogue
@@ -48,10 +49,32 @@ def fp32_partials(device) -> bool:
     return _fp32_ok[dev]
 
 
+def _kernel(a_dtype, b_dtype, r: int, one_hot: bool, device) -> bool:
+    """Whether kernels/triton_tn.py's one kernel takes this product (CUDA, its operand kinds)."""
+    if torch.device(device).type != "cuda":
+        return False
+    from kernels.triton_tn import supports
+    return supports(a_dtype, b_dtype, r, one_hot)
+
+
+def one_hot_t_matmul(idx: torch.Tensor, rows: int, g: torch.Tensor) -> torch.Tensor:
+    """one_hot(idx, rows)^T g in fp32 for ids idx (...) and g (N, c): on CUDA one kernel that never
+    writes the one-hot; elsewhere the one-hot in g's dtype (a memset and a scatter) and t_matmul."""
+    idx = idx.reshape(-1)
+    if _kernel(None, g.dtype, rows, True, g.device):
+        from kernels.triton_tn import tn
+        return tn(None, g.contiguous(), idx=idx.contiguous(), R=rows)
+    one_hot = torch.zeros(g.shape[0], rows, dtype=g.dtype, device=g.device).scatter_(1, idx.reshape(-1, 1), 1.0)
+    return t_matmul(one_hot, g)
+
+
 def t_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a^T b in fp32 for a (N, r), b (N, c) of one dtype. Split, low-precision operands accumulate
-    in fp32 and the result is rounded nowhere (one matmul rounds it to their dtype once); fp32 ones
-    follow torch's matmul precision setting, as a @ would."""
+    """a^T b in fp32 for a (N, r), b (N, c) of one dtype: 16-bit ones on CUDA by kernels/triton_tn.py.
+    Split, low-precision operands accumulate in fp32 and the result is rounded nowhere (one matmul
+    rounds it to their dtype once); fp32 ones follow torch's matmul precision setting, as a @ would."""
+    if _kernel(a.dtype, b.dtype, a.shape[1], False, a.device):
+        from kernels.triton_tn import tn
+        return tn(a.contiguous(), b.contiguous())
     n = a.shape[0]
     s = splits(n)
     low = a.dtype in (torch.bfloat16, torch.float16)
