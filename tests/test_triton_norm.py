@@ -179,9 +179,11 @@ def test_fused_norm_kernels_under_the_interpreter():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_fused_norm_kernels_bf16_at_the_seed_shape():
-    """16,384 rows x 384 (B 64 x T 256, the seed's width): bf16 branch and output, fp32 stream."""
-    out = _run({}, "cuda", "bfloat16", "16384", "384")
+@pytest.mark.parametrize("n_rows, C", [(16384, 384), (3001, 768)])
+def test_fused_norm_kernels_bf16_on_the_gpu(n_rows, C):
+    """16,384 rows x 384 (B 64 x T 256, the seed's width), then a wider model's 768 over rows that
+    fill no whole tile: bf16 branch and output, fp32 stream."""
+    out = _run({}, "cuda", "bfloat16", str(n_rows), str(C))
     # bf16 rounding of the branch and the output; grads through bf16 outputs
     _assert(out, 2e-2, 2e-2, 5e-3)
 

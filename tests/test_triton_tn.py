@@ -91,8 +91,10 @@ def test_tn_declines_what_it_cannot_take():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_tn_at_the_seed_step():
+@pytest.mark.parametrize("n, R, C", [(16384, 65, 384), (5001, 200, 768), (777, 11, 96)])
+def test_tn_on_the_gpu(n, R, C):
+    """The seed's step, then a wider model's (R past one 128-row tile, C 768) and a small one."""
     from conftest import script_result
-    out = script_result(CHECKS, {}, "cuda", "16384", "65", "384", "float32,bfloat16,float16")
+    out = script_result(CHECKS, {}, "cuda", str(n), str(R), str(C), "float32,bfloat16,float16")
     assert len(out) == 6
     _check(out, 1e-5)
