@@ -207,3 +207,37 @@ def test_fused_norm_through_the_cli(tmp_path):
     assert ok.returncode == 0, ok.stderr[-3000:]
     r = results(tmp_path / "interpreted")
     assert r["status"] == "ok" and r["metrics"]["steps"] == 4 and 0 < r["metrics"]["val_loss"] < 10
+
+
+ATOMIC = r'''
+import json
+import torch
+from kernels import triton_norm as TN
+torch.manual_seed(0)
+n, C, p = 37, 48, 0.3
+x, br, dy, dh = (torch.randn(n, C) for _ in range(4))
+w, b, seed = torch.randn(C), torch.randn(C), torch.tensor([7])
+h, y, mean, rstd = TN._forward(x, br, w, b, seed, p, 1e-5, torch.float32, torch.float32)
+# float64: dw = sum over rows of dy * xhat, db = sum of dy
+h64 = h.double()
+xhat = (h64 - h64.mean(-1, keepdim=True)) / torch.sqrt(h64.var(-1, unbiased=False, keepdim=True) + 1e-5)
+want = {"dw": (dy.double() * xhat).sum(0), "db": dy.double().sum(0)}
+out = {}
+for atomic in (False, True):
+    TN.BWD_ATOMIC_DW = atomic
+    dx, dbr, dw, db = TN._backward(dy, dh, h, w, b, mean, rstd, seed, p, torch.float32, torch.float32)
+    out[str(atomic)] = {"dw": ((dw.double() - want["dw"]).abs().max() / want["dw"].abs().max()).item(),
+                        "db": ((db.double() - want["db"]).abs().max() / want["db"].abs().max()).item(),
+                        "dx": dx.tolist(), "dbr": dbr.tolist()}
+print("RESULT " + json.dumps(out))
+'''
+
+
+def test_backward_dw_by_atomics_under_the_interpreter():
+    """The backward's dw and db added by fp32 atomics into one row (the option the tile sweep weighs)
+    against a float64 formula, and dx and the branch's gradient unchanged by the option."""
+    from conftest import script_result
+    out = script_result(ATOMIC, {"TRITON_INTERPRET": "1"})
+    for r in out.values():
+        assert r["dw"] < 1e-6 and r["db"] < 1e-6, r
+    assert out["True"]["dx"] == out["False"]["dx"] and out["True"]["dbr"] == out["False"]["dbr"]
