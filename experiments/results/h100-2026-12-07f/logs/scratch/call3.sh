@@ -1,4 +1,4 @@
-# Prepared, not run (no machine came on 2026-12-07 late). # call 3 (clean tree 410bbc5 on branch work-tn): triton_tn + norm GPU tests, triton_tn kernel bench, train step B (triton_tn) A (fe48fac's split_k/gpt) B A,
+# Prepared, not run. # call 3 (clean tree 410bbc5 on branch work-tn): triton_tn + norm GPU tests, triton_tn kernel bench, train step B (triton_tn) A (fe48fac's split_k/gpt) B A,
 # the norm backward's sweep (gate fixed, atomic axis), its best form N B N in the step (scratch: apply_best.py), then steps to the speedrun's target, dropout mix B against A, 3 seeds
 source .gpu/env.sh; export PYTHONPATH=.:$PYTHONPATH
 unset PYTHONDONTWRITEBYTECODE; export PYTHONPYCACHEPREFIX=/tmp/pycache
