@@ -54,7 +54,7 @@ def test_fused_needs_cuda_or_the_interpreter_and_a_gpt():
         check(make_cfg("decode=fused"), torch.device("cpu"))
     with pytest.raises(ValueError, match="under an explicit mask, which attention=cuda refuses"):
         check(make_cfg("decode=fused", "attention=cuda"), torch.device("cuda"))
-    from transformerop.config import check as check_config
+    from transformerop.config_check import check as check_config
     from transformerop.errors import ConfigError
     with pytest.raises(ConfigError, match="decode.block_n=3 is out of range: it must be >= 1 and a power of two"):
         check_config(make_cfg("decode=fused", "decode.block_n=3"))

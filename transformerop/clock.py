@@ -108,3 +108,10 @@ def phases() -> dict:
     for name, t in _marks.items():
         out[name], last = t - last, t
     return out
+
+
+def run_stamp() -> str:
+    """The run dir's time stamp. Under torchrun every rank must name the same dir, so ranks use
+    the start time of their common parent (the torchrun agent) instead of their own clock."""
+    when = (start_of(os.getppid()) if "LOCAL_RANK" in os.environ else None) or time.time()
+    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(when))

@@ -4,22 +4,18 @@ time with Hydra's own message naming the field. The yaml options hold only what 
 these defaults.
 
 Numeric fields declare their valid range beside their default (`num(default, gt=0)`);
-`check(cfg)` enforces the ranges and refuses keys the schema does not know, even ones added
-with `+key=value` (Hydra's append syntax bypasses its own struct check). Both run before a run
-dir or W&B run exists."""
-import os
-import time
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+config_check.check(cfg) enforces the ranges and refuses keys the schema does not know."""
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING as CHOSEN_BY_DEFAULTS
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
+from .clock import run_stamp
 from .data import DATASETS
 from .decode import PATHS
-from .errors import ConfigError
 from .model import BACKENDS, MODELS
 from .model.attention.softmax import SOFTMAXES
 from .model.attention.triton import TritonAttention
@@ -279,61 +275,6 @@ class Config:
     seed: int = 1337
     rerun: bool = False  # a relaunched sweep skips jobs whose results.json says ok unless true
     tags: List[str] = field(default_factory=list)
-
-
-# -- checks that Hydra's typing does not make ------------------------------------------------------
-def _range_error(path: str, value, rng, power_of_two: bool) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    tests = {">": lambda b: value > b, ">=": lambda b: value >= b, "<": lambda b: value < b, "<=": lambda b: value <= b}
-    want = [(op, b) for op, b in zip(tests, rng) if b is not None]
-    ok = all(tests[op](b) for op, b in want)
-    if power_of_two:
-        want.append(("a power of two", ""))
-        ok = ok and isinstance(value, int) and value > 0 and not value & (value - 1)
-    if ok:
-        return None
-    return f"{path}={value} is out of range: it must be " + " and ".join(f"{op} {b}".strip() for op, b in want)
-
-
-def _walk(schema, node, path: str, errors: list) -> None:
-    known = {f.name: f for f in fields(schema)}
-    if isinstance(node, DictConfig):
-        for key in node.keys():
-            if key not in known:
-                errors.append(f"{path}{key} is not a config field (a typo? `+` cannot add keys here): "
-                              f"{path.rstrip('.') or 'the config'} has {', '.join(sorted(known))}")
-    for name, f in known.items():
-        value = OmegaConf.select(node, name, throw_on_missing=False) if isinstance(node, DictConfig) else None
-        sub = f.type if is_dataclass(f.type) else (f.default_factory if f.default_factory is not MISSING
-                                                   and is_dataclass(f.default_factory) else None)
-        if sub is not None and isinstance(value, DictConfig):
-            _walk(sub, value, f"{path}{name}.", errors)
-        elif "range" in f.metadata and value is not None:
-            msg = _range_error(f"{path}{name}", value, f.metadata["range"], f.metadata["power_of_two"])
-            if msg:
-                errors.append(msg)
-
-
-def check(cfg) -> None:
-    """Raise ConfigError for a key outside the schema or a number outside its declared range."""
-    errors: list = []
-    node = OmegaConf.masked_copy(cfg, [k for k in cfg.keys() if k != "hydra"]) if "hydra" in cfg else cfg
-    _walk(Config, node, "", errors)
-    t = cfg.train
-    if t.min_lr > t.lr:
-        errors.append(f"train.min_lr={t.min_lr} is above train.lr={t.lr}: the cosine decays from lr to min_lr")
-    if errors:
-        raise ConfigError(errors[0] + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""))
-
-
-# -- run dir naming --------------------------------------------------------------------------------
-def run_stamp() -> str:
-    """The run dir's time stamp. Under torchrun every rank must name the same dir, so ranks use
-    the start time of their common parent (the torchrun agent) instead of their own clock."""
-    from .clock import start_of
-    when = (start_of(os.getppid()) if "LOCAL_RANK" in os.environ else None) or time.time()
-    return time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(when))
 
 
 def register() -> None:

@@ -19,7 +19,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 
-from . import clock, config, cuda_early, distributed, tracking
+from . import clock, config_check, cuda_early, distributed, tracking
 from .errors import BackendUnavailable, ConfigError, UserError, show_traceback
 from .runtime import env_info, peak_memory_bytes, pick_device, reset_peak_memory
 from .tasks import task_module
@@ -53,7 +53,7 @@ def validate(cfg, with_data: bool = True) -> None:
     from .data import check_data
     from .model import MODELS, get_backend, validate_model_config
     from .runtime import torch_dtype
-    config.check(cfg)
+    config_check.check(cfg)
     try:  # a ValueError anywhere here is a config that cannot work
         mod = task_module(cfg.task.name)
         validate_model_config(cfg)
