@@ -5,7 +5,7 @@ on disk, but only on the machine that made it: the first process on a fresh mach
 times every candidate (on the H100 the speedrun's first process with our Triton attention spent
 ~61 s in its capture doing so). This table holds, per GPU architecture (sm_90 for the H100 and
 H200: the same SMs and shared memory), the config the autotuner chose for each key, so such a process compiles
-one config per key and launches it. A key not in the table is tuned as before.
+one config per key and launches it. A key not in the table is autotuned (Triton caches the choice on disk).
 
 The table is written by kernels/tune_attention.py, which tunes on the GPU and merges the winners
 in here (other entries kept). This module imports no kernel: the launcher reads it.

@@ -88,7 +88,7 @@ def test_cuda_softmax_unavailable_without_gpu(variant):
     (["model=gpt", "model.n_embd=96", "model.n_head=2"], "head dims"),
 ])
 def test_cuda_attention_rejects_bad_config(overrides, match):
-    # (train.dtype=float16 no longer composes at all: tests/test_config.py)
+    # (train.dtype=float16 is not a valid dtype at all: tests/test_config.py)
     with pytest.raises(ValueError, match=match):
         CudaAttention.check(make_cfg("attention=cuda", *overrides), torch.device("cpu"))
 

@@ -118,16 +118,16 @@ def test_sigkill_then_resume_continues_curve_and_wandb_run(tmp_path):
 
 
 def test_gpu_pool_gives_each_job_its_own_gpu(tmp_path, monkeypatch):
-    """The pool's leases (isolate.py): two jobs never hold one GPU; a third waits for a free one."""
+    """The pool's leases (sweep.py): two jobs never hold one GPU; a third waits for a free one."""
     import threading
 
-    from transformerop import isolate
-    monkeypatch.setattr(isolate, "POOL_DIR", tmp_path / "pool")
+    from transformerop import sweep
+    monkeypatch.setattr(sweep, "POOL_DIR", tmp_path / "pool")
     gpus = ["3", "5"]
-    a, b = isolate.GPULease(gpus, poll_s=0.01), isolate.GPULease(gpus, poll_s=0.01)
+    a, b = sweep.GPULease(gpus, poll_s=0.01), sweep.GPULease(gpus, poll_s=0.01)
     assert {a.gpu, b.gpu} == {"3", "5"}
     got = {}
-    waiter = threading.Thread(target=lambda: got.setdefault("c", isolate.GPULease(gpus, poll_s=0.01)))
+    waiter = threading.Thread(target=lambda: got.setdefault("c", sweep.GPULease(gpus, poll_s=0.01)))
     waiter.start()
     time.sleep(0.3)
     assert "c" not in got  # both GPUs are held: the third job waits
@@ -137,4 +137,4 @@ def test_gpu_pool_gives_each_job_its_own_gpu(tmp_path, monkeypatch):
     got["c"].close()
     b.close()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,7")
-    assert isolate.visible_gpus() == ["2", "7"]  # a launcher's own GPUs are the pool
+    assert sweep.visible_gpus() == ["2", "7"]  # a launcher's own GPUs are the pool

@@ -5,7 +5,7 @@ input exits with one line (exit 2) and leaves nothing behind; a backend that can
 says so in one line (exit 3). In a multirun each job is checked on its own and recorded:
 `failed` (with a W&B run finished as failed) or `skipped`, and the sweep goes on; run.py exits
 non-zero at the end if any job failed. With sweep.isolate=true every job runs in a fresh process
-of its own (isolate.py), so what it measures from launch is what a user would see."""
+of its own (sweep.py), so what it measures from launch is what a user would see."""
 import functools
 import gc
 import logging
@@ -81,7 +81,7 @@ class Preflight(Callback):
     """Hydra callback: a single run's config is checked before Hydra makes its run dir."""
 
     def on_run_start(self, config, **kwargs) -> None:
-        from .isolate import CHILD_ENV
+        from .sweep import CHILD_ENV
         if os.environ.get(CHILD_ENV):  # a sweep's job in its own process: checked and recorded in run_job
             return
         try:
@@ -143,7 +143,7 @@ def _group(cfg, hc, multirun: bool) -> str:
 def run_job(cfg) -> dict | None:
     clock.job_started()
     clock.mark_launch()  # fresh jobs: launch -> imports done -> here (Hydra's compose, run dir, checks)
-    from .isolate import CHILD_ENV
+    from .sweep import CHILD_ENV
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     in_sweep = multirun or bool(os.environ.get(CHILD_ENV))  # failures are recorded, never exit
@@ -156,7 +156,7 @@ def run_job(cfg) -> dict | None:
         log.info(f"[{job_dir.name}] already ok in {job_dir} (rerun=true to run again): skipped")
         return previous
     if multirun and cfg.sweep.isolate:
-        from .isolate import run_isolated
+        from .sweep import run_isolated
         return run_isolated(cfg, job_dir, overrides, _group(cfg, hc, multirun), hc.job.num)
 
     from .naming import run_name
