@@ -185,3 +185,23 @@ def test_the_speedrun_search_pins_the_studys_own_sweep_axes():
     searched = {k for k, v in params.items() if "(" in v}
     assert searched == {"train.lr", "train.warmup_iters"}, params
     assert all("," not in v for k, v in params.items() if k not in searched), params
+
+
+def test_every_dated_record_is_indexed_and_names_gpu_torch_and_date():
+    """experiments/results/README.md lists every record folder (GPU-date[letter]) and every study
+    report; each folder's README names its GPU, its torch version and the date of its folder name.
+    A record left out of the index, or one that does not say what ran it, is caught."""
+    import re
+    results = ROOT / "experiments" / "results"
+    index = (results / "README.md").read_text()
+    folders = sorted(d for d in results.iterdir() if d.is_dir())
+    assert folders
+    for d in folders:
+        m = re.fullmatch(r"(h100|h200)-(\d{4}-\d{2}-\d{2})[a-z]?", d.name)
+        assert m, f"{d.name}: a record folder is named <gpu>-<yyyy-mm-dd>[letter]"
+        assert f"]({d.name}/README.md)" in index, f"{d.name} is missing from experiments/results/README.md"
+        head = (d / "README.md").read_text()[:1500]
+        assert m.group(1).upper() in head and m.group(2) in head, f"{d.name}/README.md: GPU or date missing at its top"
+        assert re.search(r"torch 2\.\d+", head), f"{d.name}/README.md: torch version missing at its top"
+    for report in results.glob("*.csv"):
+        assert f"]({report.stem}.md)" in index, f"{report.stem} is missing from experiments/results/README.md"
