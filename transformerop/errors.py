@@ -26,3 +26,12 @@ class BackendUnavailable(RuntimeError):
 
 def show_traceback() -> bool:
     return os.environ.get("TRANSFORMEROP_TRACEBACK", "") not in ("", "0")
+
+
+def refusal(check, *args) -> str | None:
+    """Why check(*args) refuses (a backend's or a decode path's check: its error's first line), or None."""
+    try:
+        check(*args)
+    except (BackendUnavailable, ValueError) as e:
+        return str(e).splitlines()[0]
+    return None

@@ -12,8 +12,9 @@ import torch
 from omegaconf import OmegaConf
 
 from .. import tracking
+from ..errors import refusal
 from ..measure.reference import reference_attend, rel_err
-from ..model import BACKENDS, BackendUnavailable, build_model, get_backend
+from ..model import BACKENDS, build_model, get_backend
 from ..model import REFERENCE as REF_BACKEND
 from ..runtime import pick_device
 
@@ -80,15 +81,6 @@ def _check_module(module, B, H, T, D, dtype, device, gen):
     return rel_err(out.detach(), r.detach()), rel_err(dx, rx)
 
 
-def _refusal(backend, cfg, device) -> str | None:
-    """Why backend cannot serve cfg on device (its check's first line), or None."""
-    try:
-        backend.check(cfg, device)
-    except (BackendUnavailable, ValueError) as e:
-        return str(e).splitlines()[0]
-    return None
-
-
 def run(cfg) -> dict:
     tracker = tracking.current()
     device = pick_device(cfg.device)
@@ -104,12 +96,12 @@ def run(cfg) -> dict:
         for dtype_name in ("float32", "bfloat16"):
             backend = get_backend(acfg["name"])
             row_cfg = _row_cfg(cfg, acfg, dtype_name, 6, 64)
-            reason = _refusal(backend, row_cfg, device)
+            reason = refusal(backend.check, row_cfg, device)
             if reason:
                 rows.append([label, dtype_name, "-", "-", "-", "-", f"skipped: {reason}"])
                 continue
-            own = model_shape and _refusal(backend, _row_cfg(cfg, acfg, dtype_name, model_shape[1], model_shape[3]),
-                                           device)
+            own = model_shape and refusal(backend.check,
+                                          _row_cfg(cfg, acfg, dtype_name, model_shape[1], model_shape[3]), device)
             dtype = torch.float32 if dtype_name == "float32" else torch.bfloat16
             tol = backend.tolerance(backend.precision(dtype_name, row_cfg.attention, device))
             errs = []  # (fwd, bwd, shape) per shape
@@ -163,10 +155,9 @@ def _decode_rows(cfg, device) -> list:
     for path in (p for p in PATHS if p != REFERENCE):
         for dtype, m in models.items():
             pcfg = OmegaConf.merge(mcfg, {"decode": {"name": path}, "train": {"dtype": dtype}})
-            try:
-                check(pcfg, device)
-            except (BackendUnavailable, ValueError) as e:
-                rows.append([f"decode={path}", dtype, "-", "-", "-", "-", f"skipped: {str(e).splitlines()[0]}"])
+            reason = refusal(check, pcfg, device)
+            if reason:
+                rows.append([f"decode={path}", dtype, "-", "-", "-", "-", f"skipped: {reason}"])
                 continue
             dec = Decoder(m, path, 3, 5 + 70, temperature=0, dcfg=pcfg.decode)
             try:
