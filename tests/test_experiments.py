@@ -4,6 +4,7 @@ with a report of one row per job, ratios taken from the baseline row, and failed
 import itertools
 import json
 import math
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -191,7 +192,6 @@ def test_every_dated_record_is_indexed_and_names_gpu_torch_and_date():
     """experiments/results/README.md lists every record folder (GPU-date[letter]) and every study
     report; each folder's README names its GPU, its torch version and the date of its folder name.
     A record left out of the index, or one that does not say what ran it, is caught."""
-    import re
     results = ROOT / "experiments" / "results"
     index = (results / "README.md").read_text()
     folders = sorted(d for d in results.iterdir() if d.is_dir())
